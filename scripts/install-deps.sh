@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every build and runtime dependency of phasekv from Debian's packages.
+# Idempotent: packages already present are left alone, so CI can run it on every build.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config clang-format
+  libtorch-dev
+  # Without the pthread OpenBLAS, Debian's libtorch falls back to the reference BLAS:
+  # fp32 matmul measured ~50x slower on the CI machine.
+  libopenblas0-pthread
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libfmt-dev
+  libsentencepiece-dev libtomlplusplus-dev
+  googletest libgtest-dev libbenchmark-dev
+  # The PyTorch-Python reference used by bench/ (numerics and speed comparison).
+  python3-torch python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

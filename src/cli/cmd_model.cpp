@@ -1,0 +1,155 @@
+// Model commands: init (seeded random model directory), info (architecture and cache bytes),
+// logits (full forward or streaming, as JSON, for cross-implementation checks).
+#include <fmt/format.h>
+
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "io/model_dir.h"
+#include "runtime/session.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv::cli {
+
+void set_threads(int n) {
+  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(n);
+}
+
+void register_init(CLI::App& app) {
+  auto* cmd = app.add_subcommand("init", "write a seeded, randomly initialised model directory");
+  auto config = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto seed = std::make_shared<uint64_t>(0);
+  auto dtype = std::make_shared<std::string>("f32");
+  cmd->add_option("--config", *config, "model config JSON")->required();
+  cmd->add_option("--out", *out, "output model directory")->required();
+  cmd->add_option("--seed", *seed, "initialisation seed");
+  cmd->add_option("--dtype", *dtype, "weights dtype: f32|bf16")
+      ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->callback([=] {
+    auto cfg = model_config_from_file(*config);
+    Decoder model(cfg);
+    model->init_weights(*seed);
+    save_model_dir(*out, model, *dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32,
+                   {{"seed", std::to_string(*seed)}});
+    std::cout << "wrote " << *out << " (" << cfg.n_layers << " layers, config " << config_hash(cfg)
+              << ")\n";
+  });
+}
+
+void register_info(CLI::App& app) {
+  auto* cmd = app.add_subcommand("info", "print the architecture per layer and KV-cache bytes");
+  auto dir = std::make_shared<std::string>();
+  auto context = std::make_shared<int64_t>(4096);
+  cmd->add_option("model_dir", *dir, "model directory")->required();
+  cmd->add_option("--context", *context, "context length T for the cache size")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([=] {
+    auto model = load_model_dir(*dir);
+    const auto& c = model->cfg;
+    int64_t params = 0;
+    for (const auto& p : model->parameters()) params += p.numel();
+    std::cout << fmt::format(
+        "model {}  config {}\n  vocab {}  d_model {}  layers {}  heads {} (kv {})  head_dim {}  "
+        "d_ff {}\n  rope theta {} dims {}  qk_norm {}  tied embeddings {}  max_context {}\n  "
+        "parameters {}\n",
+        *dir, config_hash(c), c.vocab_size, c.d_model, c.n_layers, c.n_heads, c.n_kv_heads,
+        c.head_dim, c.d_ff, c.rope_theta, c.rotary_dims(), c.qk_norm, c.tie_embeddings,
+        c.max_context, params);
+    std::cout << fmt::format(
+        "KV cache at T = {} (f32):\n  {:>5}  {:<60} {:>12} {:>12} {:>10} {:>12}\n", *context,
+        "layer", "attention", "raw", "entries", "partial", "total");
+    int64_t total = 0, full_total = 0;
+    AttentionConfig full;
+    for (int i = 0; i < c.n_layers; ++i) {
+      const auto& a = c.layers[static_cast<size_t>(i)];
+      auto b = cache_bytes_theory(c, a, *context, 4);
+      total += b.total();
+      full_total += cache_bytes_theory(c, full, *context, 4).total();
+      std::cout << fmt::format("  {:>5}  {:<60} {:>12} {:>12} {:>10} {:>12}\n", i, describe(a),
+                               b.raw, b.entries, b.pending, b.total());
+    }
+    std::cout << fmt::format("  total {} bytes ({:.3f} of full attention's {} bytes)\n", total,
+                             full_total ? static_cast<double>(total) / full_total : 0.0,
+                             full_total);
+  });
+}
+
+namespace {
+std::vector<int64_t> parse_tokens(const std::string& s, int64_t vocab) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(item, &used);
+      if (used != item.size()) throw std::invalid_argument(item);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw Error("--tokens: '" + item + "' is not an integer token id");
+    }
+    if (out.back() < 0 || out.back() >= vocab)
+      throw Error("--tokens: token id " + item + " out of range [0, " + std::to_string(vocab) +
+                  ")");
+  }
+  if (out.empty()) throw Error("--tokens: give at least one token id, e.g. --tokens 1,2,3");
+  return out;
+}
+}  // namespace
+
+void register_logits(CLI::App& app) {
+  auto* cmd = app.add_subcommand("logits", "print the logits of a token sequence as JSON");
+  auto dir = std::make_shared<std::string>();
+  auto tokens = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto stream = std::make_shared<bool>(false);
+  auto chunk = std::make_shared<int64_t>(1);
+  cmd->add_option("--model", *dir, "model directory")->required();
+  cmd->add_option("--tokens", *tokens, "comma-separated token ids")->required();
+  cmd->add_flag("--stream", *stream, "use the streaming session (prefill chunks, then decode)");
+  cmd->add_option("--chunk", *chunk, "with --stream: tokens per prefill call")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--out", *out, "write JSON here instead of stdout");
+  cmd->callback([=] {
+    set_threads(0);
+    auto model = load_model_dir(*dir);
+    auto ids = parse_tokens(*tokens, model->cfg.vocab_size);
+    if (static_cast<int64_t>(ids.size()) > model->cfg.max_context)
+      throw Error("--tokens: " + std::to_string(ids.size()) + " tokens exceed max_context " +
+                  std::to_string(model->cfg.max_context));
+    torch::Tensor logits;
+    if (*stream) {
+      Session session(model);
+      std::vector<torch::Tensor> parts;
+      for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(*chunk)) {
+        size_t end = std::min(ids.size(), i + static_cast<size_t>(*chunk));
+        parts.push_back(session.feed(
+            {ids.begin() + static_cast<long>(i), ids.begin() + static_cast<long>(end)}));
+      }
+      logits = torch::cat(parts, 0);
+    } else {
+      torch::NoGradGuard g;
+      logits = model->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0)).squeeze(0);
+    }
+    logits = logits.contiguous().to(torch::kFloat64);
+    nlohmann::json j;
+    j["tokens"] = ids;
+    j["mode"] = *stream ? "stream" : "full";
+    j["logits"] = nlohmann::json::array();
+    for (int64_t t = 0; t < logits.size(0); ++t) {
+      auto row = logits[t];
+      j["logits"].push_back(
+          std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + row.numel()));
+    }
+    if (out->empty())
+      std::cout << j.dump() << "\n";
+    else
+      write_file_atomic(*out, j.dump() + "\n");
+  });
+}
+
+}  // namespace phasekv::cli

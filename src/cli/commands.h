@@ -1,0 +1,14 @@
+// Each subcommand registers itself on the CLI11 app; main() only dispatches.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace phasekv::cli {
+
+void register_init(CLI::App& app);
+void register_info(CLI::App& app);
+void register_logits(CLI::App& app);
+
+// Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
+void set_threads(int n);
+
+}  // namespace phasekv::cli

@@ -1,0 +1,29 @@
+#include <iostream>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "phasekv: find, measure, explain and remove periodic weak spots of chunked KV-cache "
+      "compression"};
+  app.require_subcommand(1);
+  phasekv::cli::register_init(app);
+  phasekv::cli::register_info(app);
+  phasekv::cli::register_logits(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const phasekv::Error& e) {
+    std::cerr << "phasekv: error: " << e.what() << "\n";
+    return 2;
+  } catch (const c10::Error& e) {
+    std::cerr << "phasekv: internal tensor error: " << e.what_without_backtrace() << "\n";
+    return 3;
+  } catch (const std::exception& e) {
+    std::cerr << "phasekv: error: " << e.what() << "\n";
+    return 2;
+  }
+  return 0;
+}

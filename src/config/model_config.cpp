@@ -1,0 +1,264 @@
+#include "config/model_config.h"
+
+#include <fstream>
+#include <set>
+
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+using nlohmann::json;
+
+const std::set<std::string> kModelKeys = {
+    "vocab_size",     "d_model",  "n_layers",    "n_heads",   "n_kv_heads",
+    "head_dim",       "d_ff",     "rope_theta",  "rope_dims", "qk_norm",
+    "tie_embeddings", "norm_eps", "max_context", "attention", "layers"};
+const std::set<std::string> kAttentionKeys = {
+    "kind",       "stride",     "width", "gate", "gate_bias",        "tied_kv_gates",
+    "entry_norm", "entry_rope", "n_win", "sink", "uncompressed_tail"};
+
+std::string join(const std::set<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+void check_keys(const json& obj, const std::set<std::string>& allowed, const std::string& where) {
+  if (!obj.is_object()) throw Error(where + ": expected a JSON object");
+  for (auto it = obj.begin(); it != obj.end(); ++it) {
+    if (!allowed.count(it.key()))
+      throw Error(where + ": unknown key '" + it.key() + "' (allowed: " + join(allowed) + ")");
+  }
+}
+
+template <typename T>
+void read(const json& obj, const char* key, T& out, const std::string& where) {
+  if (!obj.contains(key)) return;
+  const json& v = obj.at(key);
+  bool ok = false;
+  if constexpr (std::is_same_v<T, bool>)
+    ok = v.is_boolean();
+  else if constexpr (std::is_integral_v<T>)
+    ok = v.is_number_integer();
+  else if constexpr (std::is_floating_point_v<T>)
+    ok = v.is_number();
+  else
+    ok = v.is_string();
+  if (!ok) throw Error(where + ": key '" + key + "' has the wrong type (got " + v.dump() + ")");
+  out = v.get<T>();
+}
+
+template <typename E>
+E parse_enum(const std::string& s, const std::vector<std::pair<std::string, E>>& table,
+             const std::string& key, const std::string& where) {
+  std::string allowed;
+  for (const auto& [name, value] : table) {
+    if (name == s) return value;
+    allowed += (allowed.empty() ? "" : "|") + name;
+  }
+  throw Error(where + ": key '" + key + "' has value '" + s + "' (allowed: " + allowed + ")");
+}
+
+const std::vector<std::pair<std::string, AttentionKind>> kKinds = {
+    {"full", AttentionKind::kFull},
+    {"window", AttentionKind::kWindow},
+    {"chunked", AttentionKind::kChunked}};
+const std::vector<std::pair<std::string, GateKind>> kGates = {
+    {"scalar", GateKind::kScalar}, {"vector", GateKind::kVector}, {"mean", GateKind::kMean}};
+const std::vector<std::pair<std::string, EntryRope>> kEntryRopes = {{"start", EntryRope::kStart},
+                                                                    {"prev", EntryRope::kPrev},
+                                                                    {"last", EntryRope::kLast},
+                                                                    {"none", EntryRope::kNone}};
+
+template <typename E>
+std::string enum_name(E e, const std::vector<std::pair<std::string, E>>& table) {
+  for (const auto& [name, value] : table)
+    if (value == e) return name;
+  return "?";
+}
+
+AttentionConfig attention_from_json(const json& j, AttentionConfig a, const std::string& where) {
+  check_keys(j, kAttentionKeys, where);
+  std::string s;
+  if (j.contains("kind")) {
+    read(j, "kind", s, where);
+    a.kind = parse_enum(s, kKinds, "kind", where);
+  }
+  if (j.contains("gate")) {
+    read(j, "gate", s, where);
+    a.gate = parse_enum(s, kGates, "gate", where);
+  }
+  if (j.contains("entry_rope")) {
+    read(j, "entry_rope", s, where);
+    a.entry_rope = parse_enum(s, kEntryRopes, "entry_rope", where);
+  }
+  read(j, "stride", a.stride, where);
+  read(j, "width", a.width, where);
+  read(j, "gate_bias", a.gate_bias, where);
+  read(j, "tied_kv_gates", a.tied_kv_gates, where);
+  read(j, "entry_norm", a.entry_norm, where);
+  read(j, "n_win", a.n_win, where);
+  read(j, "sink", a.sink, where);
+  read(j, "uncompressed_tail", a.uncompressed_tail, where);
+  return a;
+}
+
+json attention_to_json(const AttentionConfig& a) {
+  return {{"kind", to_string(a.kind)},
+          {"stride", a.stride},
+          {"width", a.width},
+          {"gate", to_string(a.gate)},
+          {"gate_bias", a.gate_bias},
+          {"tied_kv_gates", a.tied_kv_gates},
+          {"entry_norm", a.entry_norm},
+          {"entry_rope", to_string(a.entry_rope)},
+          {"n_win", a.n_win},
+          {"sink", a.sink},
+          {"uncompressed_tail", a.uncompressed_tail}};
+}
+
+}  // namespace
+
+std::string to_string(AttentionKind k) {
+  return enum_name(k, kKinds);
+}
+std::string to_string(GateKind g) {
+  return enum_name(g, kGates);
+}
+std::string to_string(EntryRope e) {
+  return enum_name(e, kEntryRopes);
+}
+
+bool ModelConfig::any_chunked() const {
+  for (const auto& l : layers)
+    if (l.kind == AttentionKind::kChunked) return true;
+  return false;
+}
+
+std::string describe(const AttentionConfig& a) {
+  switch (a.kind) {
+    case AttentionKind::kFull:
+      return "full";
+    case AttentionKind::kWindow:
+      return "window n_win=" + std::to_string(a.n_win);
+    case AttentionKind::kChunked:
+      break;
+  }
+  std::string s = "chunked S=" + std::to_string(a.stride) + " W=" + std::to_string(a.width) +
+                  " gate=" + to_string(a.gate) + (a.gate_bias ? "" : " no-bias") +
+                  (a.tied_kv_gates ? " tied-kv" : "") + (a.entry_norm ? " entry-norm" : "") +
+                  " entry_rope=" + to_string(a.entry_rope) + " n_win=" + std::to_string(a.n_win);
+  if (a.sink) s += " sink";
+  if (a.uncompressed_tail) s += " tail";
+  return s;
+}
+
+void validate(const ModelConfig& c, const std::string& where) {
+  auto positive = [&](int v, const char* key) {
+    if (v < 1)
+      throw Error(where + ": key '" + key + "' must be >= 1 (got " + std::to_string(v) + ")");
+  };
+  positive(c.vocab_size, "vocab_size");
+  positive(c.d_model, "d_model");
+  positive(c.n_layers, "n_layers");
+  positive(c.n_heads, "n_heads");
+  positive(c.n_kv_heads, "n_kv_heads");
+  positive(c.head_dim, "head_dim");
+  positive(c.d_ff, "d_ff");
+  positive(c.max_context, "max_context");
+  if (c.n_heads % c.n_kv_heads != 0)
+    throw Error(where + ": n_heads (" + std::to_string(c.n_heads) +
+                ") must be a multiple of n_kv_heads (" + std::to_string(c.n_kv_heads) + ")");
+  int rd = c.rotary_dims();
+  if (rd < 0 || rd > c.head_dim || rd % 2 != 0)
+    throw Error(where +
+                ": key 'rope_dims' must be -1 (all), 0 (none) or an even number <= head_dim (" +
+                std::to_string(c.head_dim) + "), got " + std::to_string(c.rope_dims));
+  if (c.rope_theta <= 0) throw Error(where + ": key 'rope_theta' must be > 0");
+  if (c.norm_eps <= 0) throw Error(where + ": key 'norm_eps' must be > 0");
+  if (static_cast<int>(c.layers.size()) != c.n_layers)
+    throw Error(where + ": 'layers' has " + std::to_string(c.layers.size()) +
+                " entries but n_layers is " + std::to_string(c.n_layers));
+  for (size_t i = 0; i < c.layers.size(); ++i) {
+    const auto& a = c.layers[i];
+    std::string w = where + ": layers[" + std::to_string(i) + "]";
+    if (a.n_win < 0) throw Error(w + ": 'n_win' must be >= 0");
+    if (a.kind == AttentionKind::kWindow && a.n_win < 1)
+      throw Error(w + ": a window layer needs n_win >= 1");
+    if (a.kind != AttentionKind::kChunked) continue;
+    if (a.stride < 1) throw Error(w + ": 'stride' must be >= 1");
+    if (a.width < a.stride)
+      throw Error(w + ": 'width' (" + std::to_string(a.width) + ") must be >= stride (" +
+                  std::to_string(a.stride) + ")");
+    if (a.tied_kv_gates && a.gate == GateKind::kMean)
+      throw Error(w + ": 'tied_kv_gates' needs a learned gate (scalar|vector), not mean");
+  }
+}
+
+ModelConfig model_config_from_json(const json& j, const std::string& where) {
+  check_keys(j, kModelKeys, where);
+  ModelConfig c;
+  read(j, "vocab_size", c.vocab_size, where);
+  read(j, "d_model", c.d_model, where);
+  read(j, "n_layers", c.n_layers, where);
+  read(j, "n_heads", c.n_heads, where);
+  read(j, "n_kv_heads", c.n_kv_heads, where);
+  read(j, "head_dim", c.head_dim, where);
+  read(j, "d_ff", c.d_ff, where);
+  read(j, "rope_theta", c.rope_theta, where);
+  read(j, "rope_dims", c.rope_dims, where);
+  read(j, "qk_norm", c.qk_norm, where);
+  read(j, "tie_embeddings", c.tie_embeddings, where);
+  read(j, "norm_eps", c.norm_eps, where);
+  read(j, "max_context", c.max_context, where);
+  // "attention" is the default for every layer; "layers" (optional) overrides it layer by layer,
+  // so a hybrid stack needs only the keys that differ.
+  AttentionConfig base;
+  if (j.contains("attention"))
+    base = attention_from_json(j.at("attention"), base, where + ": attention");
+  if (j.contains("layers")) {
+    const json& ls = j.at("layers");
+    if (!ls.is_array()) throw Error(where + ": key 'layers' must be an array of attention objects");
+    for (size_t i = 0; i < ls.size(); ++i)
+      c.layers.push_back(
+          attention_from_json(ls[i], base, where + ": layers[" + std::to_string(i) + "]"));
+  } else {
+    c.layers.assign(static_cast<size_t>(std::max(c.n_layers, 0)), base);
+  }
+  validate(c, where);
+  return c;
+}
+
+ModelConfig model_config_from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error("cannot open model config " + path);
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error(path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  }
+  return model_config_from_json(j, path);
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  json layers = json::array();
+  for (const auto& a : c.layers) layers.push_back(attention_to_json(a));
+  return {{"vocab_size", c.vocab_size},
+          {"d_model", c.d_model},
+          {"n_layers", c.n_layers},
+          {"n_heads", c.n_heads},
+          {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim},
+          {"d_ff", c.d_ff},
+          {"rope_theta", c.rope_theta},
+          {"rope_dims", c.rope_dims},
+          {"qk_norm", c.qk_norm},
+          {"tie_embeddings", c.tie_embeddings},
+          {"norm_eps", c.norm_eps},
+          {"max_context", c.max_context},
+          {"layers", layers}};
+}
+
+}  // namespace phasekv

@@ -1,0 +1,69 @@
+// Model configuration: the Qwen3-style backbone plus one attention configuration per layer.
+// Names follow docs/ARCHITECTURE.md: stride S, width W, raw window n_win, entry j, phase r.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace phasekv {
+
+enum class AttentionKind { kFull, kWindow, kChunked };
+// scalar: one score per slot and KV head; vector: one score per slot and channel (DeepSeek-V4);
+// mean: uniform averaging over the slots of the window.
+enum class GateKind { kScalar, kVector, kMean };
+// Position at which an entry's key is rotated: start = S*j (DeepSeek), prev = (j-1)*S (a public
+// reproduction), last = S*j + S - 1 (the token that completes the entry), none = no RoPE on
+// entries.
+enum class EntryRope { kStart, kPrev, kLast, kNone };
+
+struct AttentionConfig {
+  AttentionKind kind = AttentionKind::kFull;
+  int stride = 4;  // S: one entry every S tokens
+  int width = 4;   // W >= S: entry j pools tokens [jS+S-W, jS+S)
+  GateKind gate = GateKind::kScalar;
+  bool gate_bias = true;  // per-slot learned bias added to the gate score
+  bool tied_kv_gates = false;
+  bool entry_norm = true;  // RMSNorm of each key entry (own weight)
+  EntryRope entry_rope = EntryRope::kStart;
+  int n_win = 0;      // raw sliding window: the last n_win tokens, the query included
+  bool sink = false;  // learned per-head logit in the softmax denominator with zero value
+  bool uncompressed_tail = false;  // tokens not yet in a visible entry are visible raw
+
+  int lanes() const { return (width + stride - 1) / stride; }
+};
+
+struct ModelConfig {
+  int vocab_size = 256;
+  int d_model = 64;
+  int n_layers = 2;
+  int n_heads = 4;
+  int n_kv_heads = 1;
+  int head_dim = 16;
+  int d_ff = 256;
+  double rope_theta = 10000.0;
+  int rope_dims = -1;  // rotated dims per head: -1 = all (head_dim), 0 = no RoPE, else partial
+  bool qk_norm = true;
+  bool tie_embeddings = true;
+  double norm_eps = 1e-6;
+  int max_context = 4096;
+  std::vector<AttentionConfig> layers;
+
+  int rotary_dims() const { return rope_dims < 0 ? head_dim : rope_dims; }
+  bool any_chunked() const;
+};
+
+// Parses and validates; `where` names the source (a file path) in error messages. Unknown keys,
+// wrong types and out-of-range values throw phasekv::Error naming the key and what is allowed.
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& where);
+ModelConfig model_config_from_file(const std::string& path);
+nlohmann::json model_config_to_json(const ModelConfig& c);
+void validate(const ModelConfig& c, const std::string& where);
+
+std::string to_string(AttentionKind k);
+std::string to_string(GateKind g);
+std::string to_string(EntryRope e);
+// One line per layer, e.g. "chunked S=4 W=4 gate=scalar n_win=1".
+std::string describe(const AttentionConfig& a);
+
+}  // namespace phasekv

@@ -1,0 +1,667 @@
+#include "eval/stats.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "util/error.h"
+
+namespace phasekv {
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+// Significance level of the nested test that reduces a detected period to a divisor.
+constexpr double kNestedAlpha = 0.05;
+
+// ---------------------------------------------------------------------------------------------
+// Random draws. Our own unbiased index draw (rejection of the 2^64 mod n low values) keeps seeded
+// results identical across standard libraries, whose distributions are implementation-defined.
+
+uint64_t draw_below(std::mt19937_64& rng, uint64_t n) {
+  const uint64_t threshold = (0 - n) % n;  // 2^64 mod n
+  uint64_t x = rng();
+  while (x < threshold) x = rng();
+  return x % n;
+}
+
+void shuffle_in_place(std::vector<uint8_t>& v, std::mt19937_64& rng) {
+  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[draw_below(rng, i)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Incomplete gamma function (Numerical Recipes 6.2), in log space for the upper tail so that
+// chi-square statistics in the thousands keep a finite, comparable log p-value.
+
+constexpr int kGammaMaxIter = 10000;
+constexpr double kGammaEps = 1e-15;
+
+// Regularized lower P(a, x) by its power series; converges quickly for x < a + 1.
+double gamma_p_series(double a, double x) {
+  double ap = a;
+  double del = 1.0 / a;
+  double sum = del;
+  for (int i = 0; i < kGammaMaxIter && std::abs(del) > std::abs(sum) * kGammaEps; ++i) {
+    ap += 1.0;
+    del *= x / ap;
+    sum += del;
+  }
+  return sum * std::exp(-x + a * std::log(x) - std::lgamma(a));
+}
+
+// log of the regularized upper Q(a, x) by Lentz's continued fraction; converges for x >= a + 1.
+double log_gamma_q_continued_fraction(double a, double x) {
+  constexpr double kTiny = 1e-300;
+  double b = x + 1.0 - a;
+  double c = 1.0 / kTiny;
+  double d = 1.0 / b;
+  double h = d;
+  for (int i = 1; i <= kGammaMaxIter; ++i) {
+    const double an = -i * (i - a);
+    b += 2.0;
+    d = an * d + b;
+    if (std::abs(d) < kTiny) d = kTiny;
+    c = b + an / c;
+    if (std::abs(c) < kTiny) c = kTiny;
+    d = 1.0 / d;
+    const double del = d * c;
+    h *= del;
+    if (std::abs(del - 1.0) < kGammaEps) break;
+  }
+  return -x + a * std::log(x) - std::lgamma(a) + std::log(h);
+}
+
+double log_gamma_q(double a, double x) {
+  if (x <= 0.0) return 0.0;
+  if (x < a + 1.0) return std::log1p(-gamma_p_series(a, x));
+  return log_gamma_q_continued_fraction(a, x);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outcomes grouped by logical example: the unit that the bootstrap resamples and within which
+// the permutation test shuffles.
+
+struct Example {
+  std::vector<int> phases;
+  std::vector<uint8_t> correct;
+};
+
+std::vector<Example> group_by_example(const std::vector<PhaseOutcome>& outcomes) {
+  std::map<int64_t, size_t> index;  // ordered: results do not depend on hash iteration order
+  std::vector<Example> examples;
+  for (const PhaseOutcome& o : outcomes) {
+    auto [it, inserted] = index.try_emplace(o.example_id, examples.size());
+    if (inserted) examples.emplace_back();
+    examples[it->second].phases.push_back(o.phase);
+    examples[it->second].correct.push_back(o.correct ? 1 : 0);
+  }
+  return examples;
+}
+
+void check_phases(const std::vector<PhaseOutcome>& outcomes, int modulus) {
+  if (modulus < 1) throw Error(fmt::format("phase modulus must be >= 1, got {}", modulus));
+  if (outcomes.empty()) throw Error("no outcomes to summarise");
+  for (const PhaseOutcome& o : outcomes) {
+    if (o.phase < 0 || o.phase >= modulus) {
+      throw Error(fmt::format("outcome of example {} has phase {}, outside [0, {})", o.example_id,
+                              o.phase, modulus));
+    }
+  }
+}
+
+void check_stride(int modulus, int stride) {
+  if (stride < 0) throw Error(fmt::format("stride must be >= 0 (0: unknown), got {}", stride));
+  if (stride > 0 && modulus % stride != 0) {
+    throw Error(fmt::format(
+        "stride S={} must divide the phase modulus M={}: r = p mod M only determines p mod S then",
+        stride, modulus));
+  }
+}
+
+// Per-phase successes and trials; the accuracy of a phase without trials is NaN.
+struct Counts {
+  std::vector<int64_t> successes;
+  std::vector<int64_t> trials;
+  explicit Counts(int modulus) : successes(modulus, 0), trials(modulus, 0) {}
+  void add(const Example& e) {
+    for (size_t i = 0; i < e.phases.size(); ++i) {
+      successes[e.phases[i]] += e.correct[i];
+      trials[e.phases[i]] += 1;
+    }
+  }
+  std::vector<double> accuracies() const {
+    std::vector<double> acc(trials.size(), kNaN);
+    for (size_t r = 0; r < trials.size(); ++r) {
+      if (trials[r] > 0) acc[r] = static_cast<double>(successes[r]) / trials[r];
+    }
+    return acc;
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Best / worst over a subset of phases, skipping phases without data. Ties go to the lowest r so
+// the result does not depend on floating-point noise in an otherwise symmetric profile.
+
+struct Extremes {
+  int best = -1;
+  int worst = -1;
+  double best_acc = kNaN;
+  double worst_acc = kNaN;
+  double gap() const { return best_acc - worst_acc; }
+};
+
+Extremes extremes(const std::vector<double>& acc, const std::vector<int>& phases) {
+  Extremes e;
+  for (int r : phases) {
+    if (std::isnan(acc[r])) continue;
+    if (e.best < 0 || acc[r] > e.best_acc) {
+      e.best = r;
+      e.best_acc = acc[r];
+    }
+    if (e.worst < 0 || acc[r] < e.worst_acc) {
+      e.worst = r;
+      e.worst_acc = acc[r];
+    }
+  }
+  return e;
+}
+
+double mean_over(const std::vector<double>& acc, const std::vector<int>& phases) {
+  double sum = 0.0;
+  for (int r : phases) sum += acc[r];
+  return phases.empty() ? kNaN : sum / static_cast<double>(phases.size());
+}
+
+std::vector<int> all_phases(int modulus) {
+  std::vector<int> phases(modulus);
+  std::iota(phases.begin(), phases.end(), 0);
+  return phases;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cluster bootstrap: resample whole examples with replacement so that the interval reflects
+// between-example variation, which the phases of one example share.
+
+// Percentile by linear interpolation between order statistics (R's type 7).
+double quantile_sorted(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return kNaN;
+  const double pos = q * static_cast<double>(sorted.size() - 1);
+  const size_t lo = static_cast<size_t>(std::floor(pos));
+  const size_t hi = std::min(lo + 1, sorted.size() - 1);
+  return sorted[lo] + (pos - static_cast<double>(lo)) * (sorted[hi] - sorted[lo]);
+}
+
+Interval percentile_interval(std::vector<double> values, double scale = 1.0) {
+  std::erase_if(values, [](double v) { return std::isnan(v); });
+  std::sort(values.begin(), values.end());
+  return {scale * quantile_sorted(values, 0.025), scale * quantile_sorted(values, 0.975)};
+}
+
+struct BootstrapIntervals {
+  Interval gap_pp{kNaN, kNaN};
+  Interval worst_acc{kNaN, kNaN};
+  Interval interior_gap_pp{kNaN, kNaN};
+};
+
+BootstrapIntervals cluster_bootstrap(const std::vector<Example>& examples, int modulus,
+                                     const std::vector<int>& interior, int reps, uint64_t seed) {
+  BootstrapIntervals out;
+  if (reps <= 0) return out;
+  const std::vector<int> phases = all_phases(modulus);
+  std::vector<double> gaps, worst, interior_gaps;
+  std::mt19937_64 rng(seed);
+  for (int rep = 0; rep < reps; ++rep) {
+    Counts counts(modulus);
+    for (size_t i = 0; i < examples.size(); ++i)
+      counts.add(examples[draw_below(rng, examples.size())]);
+    const std::vector<double> acc = counts.accuracies();
+    const Extremes all = extremes(acc, phases);
+    gaps.push_back(all.gap());
+    worst.push_back(all.worst_acc);
+    if (!interior.empty()) interior_gaps.push_back(extremes(acc, interior).gap());
+  }
+  out.gap_pp = percentile_interval(gaps, 100.0);
+  out.worst_acc = percentile_interval(worst);
+  if (!interior.empty()) out.interior_gap_pp = percentile_interval(interior_gaps, 100.0);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Period detection by folding. G2 (not Pearson's X2) because it decomposes exactly over nested
+// foldings: G2(fold mod P) = G2(fold mod D) + G2(within the D-groups) when D divides P, which is
+// what the reduction to the smallest adequate period tests.
+
+std::vector<int> candidate_periods(int modulus) {
+  std::vector<int> periods;
+  for (int p = 2; p <= modulus / 2; ++p) {
+    if (modulus % p == 0) periods.push_back(p);
+  }
+  return periods;
+}
+
+double xlogx_over(double observed, double expected) {
+  return observed > 0.0 ? observed * std::log(observed / expected) : 0.0;
+}
+
+double g2_folded(const std::vector<int64_t>& successes, const std::vector<int64_t>& trials,
+                 int period) {
+  std::vector<double> s(period, 0.0), n(period, 0.0);
+  for (size_t r = 0; r < trials.size(); ++r) {
+    s[r % period] += static_cast<double>(successes[r]);
+    n[r % period] += static_cast<double>(trials[r]);
+  }
+  const double total = std::accumulate(n.begin(), n.end(), 0.0);
+  const double p = std::accumulate(s.begin(), s.end(), 0.0) / total;
+  double g2 = 0.0;
+  for (int g = 0; g < period; ++g) {
+    g2 += xlogx_over(s[g], n[g] * p) + xlogx_over(n[g] - s[g], n[g] * (1.0 - p));
+  }
+  return std::max(0.0, 2.0 * g2);
+}
+
+std::vector<PeriodScore> score_periods(const std::vector<int64_t>& successes,
+                                       const std::vector<int64_t>& trials,
+                                       const std::vector<int>& periods) {
+  std::vector<PeriodScore> scores;
+  for (int period : periods) {
+    PeriodScore s;
+    s.period = period;
+    s.g2 = g2_folded(successes, trials, period);
+    s.df = period - 1;
+    s.score = -chi_square_log10_sf(s.g2, s.df);
+    scores.push_back(s);
+  }
+  return scores;
+}
+
+double max_score(const std::vector<PeriodScore>& scores) {
+  double best = 0.0;
+  for (const PeriodScore& s : scores) best = std::max(best, s.score);
+  return best;
+}
+
+// The argmax period, reduced to its smallest divisor whose folding is not significantly worse.
+int parsimonious_period(const std::vector<PeriodScore>& scores) {
+  const PeriodScore* best = &scores.front();
+  for (const PeriodScore& s : scores) {
+    if (s.score > best->score) best = &s;
+  }
+  for (const PeriodScore& d : scores) {  // ascending period: the first adequate divisor wins
+    if (d.period >= best->period || best->period % d.period != 0) continue;
+    const double extra = std::max(0.0, best->g2 - d.g2);
+    if (chi_square_sf(extra, best->df - d.df) >= kNestedAlpha) return d.period;
+  }
+  return best->period;
+}
+
+// Successes per phase after shuffling each example's outcomes across its own phases; trials per
+// phase are unchanged, so only the phase-to-outcome association is broken.
+std::vector<int64_t> permuted_successes(const std::vector<Example>& examples, int modulus,
+                                        std::mt19937_64& rng) {
+  std::vector<int64_t> successes(modulus, 0);
+  std::vector<uint8_t> bits;
+  for (const Example& e : examples) {
+    bits = e.correct;
+    shuffle_in_place(bits, rng);
+    for (size_t i = 0; i < bits.size(); ++i) successes[e.phases[i]] += bits[i];
+  }
+  return successes;
+}
+
+PeriodDetection detect_period_grouped(const std::vector<Example>& examples, const Counts& counts,
+                                      int modulus, int permutations, uint64_t seed) {
+  PeriodDetection d;
+  const std::vector<int> periods = candidate_periods(modulus);
+  if (periods.empty()) return d;
+  d.by_period = score_periods(counts.successes, counts.trials, periods);
+  d.statistic = max_score(d.by_period);
+  d.detected = parsimonious_period(d.by_period);
+  d.permutations = std::max(0, permutations);
+  // Relative slack so that a permutation reproducing the observed table counts as ">=" despite
+  // rounding in the log-space tail.
+  const double threshold = d.statistic - 1e-9 * std::max(1.0, d.statistic);
+  std::mt19937_64 rng(seed);
+  int at_least = 0;
+  for (int i = 0; i < d.permutations; ++i) {
+    const std::vector<int64_t> s = permuted_successes(examples, modulus, rng);
+    if (max_score(score_periods(s, counts.trials, periods)) >= threshold) ++at_least;
+  }
+  d.p_value = (1.0 + at_least) / (1.0 + d.permutations);
+  return d;
+}
+
+Counts count_outcomes(const std::vector<Example>& examples, int modulus) {
+  Counts counts(modulus);
+  for (const Example& e : examples) counts.add(e);
+  return counts;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Summary pieces.
+
+StrideSplit split_by_stride(const std::vector<double>& acc, int stride) {
+  StrideSplit split;
+  for (int r = 0; r < static_cast<int>(acc.size()); ++r) {
+    (r % stride == stride - 1 ? split.boundary_phases : split.interior_phases).push_back(r);
+  }
+  const Extremes interior = extremes(acc, split.interior_phases);
+  split.interior_mean_acc = mean_over(acc, split.interior_phases);
+  split.interior_best_phase = interior.best;
+  split.interior_worst_phase = interior.worst;
+  split.interior_worst_acc = interior.worst_acc;
+  split.interior_gap_pp = 100.0 * interior.gap();
+  const Extremes boundary = extremes(acc, split.boundary_phases);
+  split.boundary_acc = mean_over(acc, split.boundary_phases);
+  split.boundary_worst_phase = boundary.worst;
+  split.boundary_worst_acc = boundary.worst_acc;
+  return split;
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSON helpers. NaN (e.g. a bootstrap that was switched off) is written as null by nlohmann and
+// read back as NaN.
+
+nlohmann::json interval_json(const Interval& i) {
+  return nlohmann::json::array({i.lo, i.hi});
+}
+
+double number_or_nan(const nlohmann::json& j) {
+  return j.is_null() ? kNaN : j.get<double>();
+}
+
+Interval interval_from(const nlohmann::json& j) {
+  if (!j.is_array() || j.size() != 2) throw Error("expected [lo, hi], got " + j.dump());
+  return {number_or_nan(j[0]), number_or_nan(j[1])};
+}
+
+const nlohmann::json& field(const nlohmann::json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) throw Error(fmt::format("missing key '{}'", key));
+  return j[key];
+}
+
+nlohmann::json phases_json(const std::vector<PhaseRow>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const PhaseRow& p : rows) {
+    out.push_back({{"r", p.r},
+                   {"n", p.n},
+                   {"successes", p.successes},
+                   {"acc", p.acc},
+                   {"ci_lo", p.ci_lo},
+                   {"ci_hi", p.ci_hi}});
+  }
+  return out;
+}
+
+std::vector<PhaseRow> phases_from(const nlohmann::json& j) {
+  std::vector<PhaseRow> rows;
+  for (const nlohmann::json& p : j) {
+    PhaseRow row;
+    row.r = field(p, "r").get<int>();
+    row.n = field(p, "n").get<int64_t>();
+    row.acc = number_or_nan(field(p, "acc"));
+    // Older or hand-written files may lack successes; it is implied by n and acc.
+    row.successes = p.contains("successes") ? p["successes"].get<int64_t>()
+                                            : std::llround(row.acc * static_cast<double>(row.n));
+    row.ci_lo = number_or_nan(field(p, "ci_lo"));
+    row.ci_hi = number_or_nan(field(p, "ci_hi"));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+nlohmann::json period_json(const PeriodDetection& d) {
+  nlohmann::json by_period = nlohmann::json::array();
+  for (const PeriodScore& s : d.by_period) {
+    by_period.push_back({{"period", s.period}, {"g2", s.g2}, {"df", s.df}, {"score", s.score}});
+  }
+  return {{"detected", d.detected > 0 ? nlohmann::json(d.detected) : nlohmann::json(nullptr)},
+          {"p_value", d.p_value},
+          {"significant", d.detected > 0 && d.p_value < 0.05},
+          {"statistic", d.statistic},
+          {"method", "fold_g2_max_score"},
+          {"permutations", d.permutations},
+          {"by_period", by_period}};
+}
+
+PeriodDetection period_from(const nlohmann::json& j) {
+  PeriodDetection d;
+  const nlohmann::json& detected = field(j, "detected");
+  d.detected = detected.is_null() ? 0 : detected.get<int>();
+  d.p_value = number_or_nan(field(j, "p_value"));
+  d.statistic = number_or_nan(field(j, "statistic"));
+  d.permutations = field(j, "permutations").get<int>();
+  for (const nlohmann::json& s : field(j, "by_period")) {
+    d.by_period.push_back({field(s, "period").get<int>(), number_or_nan(field(s, "g2")),
+                           field(s, "df").get<int>(), number_or_nan(field(s, "score"))});
+  }
+  return d;
+}
+
+nlohmann::json split_interior_json(const StrideSplit& s) {
+  return {{"phases", s.interior_phases},
+          {"mean_acc", s.interior_mean_acc},
+          {"best_phase", s.interior_best_phase},
+          {"worst_phase", s.interior_worst_phase},
+          {"worst_acc", s.interior_worst_acc},
+          {"gap_pp", s.interior_gap_pp},
+          {"gap_ci_pp", interval_json(s.interior_gap_ci_pp)}};
+}
+
+nlohmann::json split_boundary_json(const StrideSplit& s) {
+  return {{"phases", s.boundary_phases},
+          {"acc", s.boundary_acc},
+          {"worst_phase", s.boundary_worst_phase},
+          {"worst_acc", s.boundary_worst_acc}};
+}
+
+StrideSplit split_from(const nlohmann::json& interior, const nlohmann::json& boundary) {
+  StrideSplit s;
+  s.interior_phases = field(interior, "phases").get<std::vector<int>>();
+  s.interior_mean_acc = number_or_nan(field(interior, "mean_acc"));
+  s.interior_best_phase = field(interior, "best_phase").get<int>();
+  s.interior_worst_phase = field(interior, "worst_phase").get<int>();
+  s.interior_worst_acc = number_or_nan(field(interior, "worst_acc"));
+  s.interior_gap_pp = number_or_nan(field(interior, "gap_pp"));
+  s.interior_gap_ci_pp = interval_from(field(interior, "gap_ci_pp"));
+  s.boundary_phases = field(boundary, "phases").get<std::vector<int>>();
+  s.boundary_acc = number_or_nan(field(boundary, "acc"));
+  s.boundary_worst_phase = field(boundary, "worst_phase").get<int>();
+  s.boundary_worst_acc = number_or_nan(field(boundary, "worst_acc"));
+  return s;
+}
+
+}  // namespace
+
+// -------------------------------------------------------------------------------------------------
+// Public functions.
+
+WilsonInterval wilson(int64_t successes, int64_t n, double z) {
+  if (n < 0 || successes < 0 || successes > n) {
+    throw Error(fmt::format("wilson: need 0 <= successes <= n, got {} of {}", successes, n));
+  }
+  if (n == 0) return {0.0, 1.0};
+  const double nn = static_cast<double>(n);
+  const double p = static_cast<double>(successes) / nn;
+  const double z2 = z * z;
+  const double denom = 1.0 + z2 / nn;
+  const double center = (p + z2 / (2.0 * nn)) / denom;
+  const double half = z * std::sqrt(p * (1.0 - p) / nn + z2 / (4.0 * nn * nn)) / denom;
+  // Clamp: at p = 0 or 1 the bound equals 0 or 1 exactly, up to rounding.
+  return {std::max(0.0, center - half), std::min(1.0, center + half)};
+}
+
+double chi_square_sf(double x, double df) {
+  if (df <= 0.0) throw Error(fmt::format("chi-square degrees of freedom must be > 0, got {}", df));
+  return std::exp(log_gamma_q(0.5 * df, 0.5 * x));
+}
+
+double chi_square_log10_sf(double x, double df) {
+  if (df <= 0.0) throw Error(fmt::format("chi-square degrees of freedom must be > 0, got {}", df));
+  return log_gamma_q(0.5 * df, 0.5 * x) / std::log(10.0);
+}
+
+std::vector<PhaseRow> phase_table(const std::vector<PhaseOutcome>& outcomes, int modulus) {
+  check_phases(outcomes, modulus);
+  Counts counts(modulus);
+  for (const PhaseOutcome& o : outcomes) {
+    counts.successes[o.phase] += o.correct ? 1 : 0;
+    counts.trials[o.phase] += 1;
+  }
+  std::vector<PhaseRow> rows;
+  for (int r = 0; r < modulus; ++r) {
+    if (counts.trials[r] == 0) {
+      throw Error(
+          fmt::format("phase {} has no outcomes; every phase in [0, {}) needs some", r, modulus));
+    }
+    const WilsonInterval ci = wilson(counts.successes[r], counts.trials[r]);
+    rows.push_back({r, counts.trials[r], counts.successes[r],
+                    static_cast<double>(counts.successes[r]) / counts.trials[r], ci.lo, ci.hi});
+  }
+  return rows;
+}
+
+ChiSquareTest chi_square_homogeneity(const std::vector<PhaseRow>& rows) {
+  ChiSquareTest t;
+  t.df = static_cast<int>(rows.size()) - 1;
+  double s = 0.0, n = 0.0;
+  for (const PhaseRow& row : rows) {
+    s += static_cast<double>(row.successes);
+    n += static_cast<double>(row.n);
+  }
+  const double p = n > 0.0 ? s / n : 0.0;
+  // All right or all wrong: no variation to test.
+  if (t.df < 1 || p <= 0.0 || p >= 1.0) return t;
+  for (const PhaseRow& row : rows) {
+    const double expected = row.n * p;
+    const double diff = row.successes - expected;
+    t.statistic += diff * diff / (expected * (1.0 - p));
+  }
+  t.p_value = chi_square_sf(t.statistic, t.df);
+  return t;
+}
+
+std::optional<double> periodicity_check(const std::vector<double>& acc, int period) {
+  const int m = static_cast<int>(acc.size());
+  if (period <= 0 || period >= m) return std::nullopt;
+  double sum = 0.0;
+  for (int r = 0; r + period < m; ++r) sum += std::abs(acc[r] - acc[r + period]);
+  return sum / (m - period);
+}
+
+PeriodDetection detect_period(const std::vector<PhaseOutcome>& outcomes, int modulus,
+                              int permutations, uint64_t seed) {
+  check_phases(outcomes, modulus);
+  const std::vector<Example> examples = group_by_example(outcomes);
+  return detect_period_grouped(examples, count_outcomes(examples, modulus), modulus, permutations,
+                               seed);
+}
+
+PhaseSummary summarize(const std::vector<PhaseOutcome>& outcomes, int modulus, int stride,
+                       const SummaryOptions& options) {
+  PhaseSummary s;
+  s.phases = phase_table(outcomes, modulus);  // validates phases
+  check_stride(modulus, stride);
+  s.modulus = modulus;
+  s.stride = stride;
+  s.options = options;
+  const std::vector<Example> examples = group_by_example(outcomes);
+  const Counts counts = count_outcomes(examples, modulus);
+  s.examples = static_cast<int64_t>(examples.size());
+  s.outcomes = static_cast<int64_t>(outcomes.size());
+
+  const std::vector<double> acc = counts.accuracies();
+  const Extremes all = extremes(acc, all_phases(modulus));
+  s.mean_acc = mean_over(acc, all_phases(modulus));
+  s.best_phase = all.best;
+  s.best_acc = all.best_acc;
+  s.worst_phase = all.worst;
+  s.worst_acc = all.worst_acc;
+  s.gap_pp = 100.0 * all.gap();
+  if (stride >= 2) s.split = split_by_stride(acc, stride);
+  if (auto check = periodicity_check(acc, stride)) s.periodicity_check_pp = 100.0 * *check;
+
+  const std::vector<int> interior = s.split ? s.split->interior_phases : std::vector<int>{};
+  const BootstrapIntervals cis =
+      cluster_bootstrap(examples, modulus, interior, options.bootstrap_reps, options.seed);
+  s.gap_ci_pp = cis.gap_pp;
+  s.worst_acc_ci = cis.worst_acc;
+  if (s.split) s.split->interior_gap_ci_pp = cis.interior_gap_pp;
+
+  s.chi_square = chi_square_homogeneity(s.phases);
+  s.period = detect_period_grouped(examples, counts, modulus, options.permutations, options.seed);
+  return s;
+}
+
+nlohmann::json PhaseSummary::to_json() const {
+  using nlohmann::json;
+  json j;
+  j["modulus"] = modulus;
+  j["stride"] = stride > 0 ? json(stride) : json(nullptr);
+  j["examples"] = examples;
+  j["outcomes"] = outcomes;
+  j["mean_acc"] = mean_acc;
+  j["phases"] = phases_json(phases);
+  j["best_phase"] = best_phase;
+  j["best_acc"] = best_acc;
+  j["worst_phase"] = worst_phase;
+  j["worst_acc"] = worst_acc;
+  j["worst_acc_ci"] = interval_json(worst_acc_ci);
+  j["gap_pp"] = gap_pp;
+  j["gap_ci_pp"] = interval_json(gap_ci_pp);
+  j["interior"] = split ? split_interior_json(*split) : json(nullptr);
+  j["boundary"] = split ? split_boundary_json(*split) : json(nullptr);
+  j["periodicity_check"] =
+      periodicity_check_pp ? json{{"period", stride}, {"mean_abs_diff_pp", *periodicity_check_pp}}
+                           : json(nullptr);
+  j["chi_square"] = {
+      {"statistic", chi_square.statistic}, {"df", chi_square.df}, {"p_value", chi_square.p_value}};
+  j["period"] = period_json(period);
+  j["options"] = {{"bootstrap_reps", options.bootstrap_reps},
+                  {"permutations", options.permutations},
+                  {"seed", options.seed},
+                  {"resampling_unit", "example_id"}};
+  return j;
+}
+
+PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
+  try {
+    PhaseSummary s;
+    s.modulus = field(j, "modulus").get<int>();
+    const nlohmann::json& stride = field(j, "stride");
+    s.stride = stride.is_null() ? 0 : stride.get<int>();
+    s.examples = field(j, "examples").get<int64_t>();
+    s.outcomes = field(j, "outcomes").get<int64_t>();
+    s.mean_acc = number_or_nan(field(j, "mean_acc"));
+    s.phases = phases_from(field(j, "phases"));
+    s.best_phase = field(j, "best_phase").get<int>();
+    s.best_acc = number_or_nan(field(j, "best_acc"));
+    s.worst_phase = field(j, "worst_phase").get<int>();
+    s.worst_acc = number_or_nan(field(j, "worst_acc"));
+    s.worst_acc_ci = interval_from(field(j, "worst_acc_ci"));
+    s.gap_pp = number_or_nan(field(j, "gap_pp"));
+    s.gap_ci_pp = interval_from(field(j, "gap_ci_pp"));
+    const nlohmann::json& interior = field(j, "interior");
+    if (!interior.is_null()) s.split = split_from(interior, field(j, "boundary"));
+    const nlohmann::json& check = field(j, "periodicity_check");
+    if (!check.is_null()) s.periodicity_check_pp = number_or_nan(field(check, "mean_abs_diff_pp"));
+    const nlohmann::json& chi = field(j, "chi_square");
+    s.chi_square = {number_or_nan(field(chi, "statistic")), field(chi, "df").get<int>(),
+                    number_or_nan(field(chi, "p_value"))};
+    s.period = period_from(field(j, "period"));
+    const nlohmann::json& options = field(j, "options");
+    s.options = {field(options, "bootstrap_reps").get<int>(),
+                 field(options, "permutations").get<int>(), field(options, "seed").get<uint64_t>()};
+    return s;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("summary JSON: ") + e.what());
+  } catch (const Error& e) {
+    throw Error(std::string("summary JSON: ") + e.what());
+  }
+}
+
+}  // namespace phasekv

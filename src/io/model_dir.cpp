@@ -1,0 +1,61 @@
+#include "io/model_dir.h"
+
+#include <filesystem>
+#include <set>
+
+#include "io/safetensors.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+
+void save_model_dir(const std::string& dir, Decoder& model, torch::ScalarType dtype,
+                    const std::map<std::string, std::string>& metadata) {
+  if (dtype != torch::kFloat32 && dtype != torch::kBFloat16)
+    throw Error("save_model_dir: weights are stored as f32 or bf16 only");
+  std::filesystem::create_directories(dir);
+  NamedTensors tensors;
+  for (const auto& item : model->named_parameters())
+    tensors.emplace_back(item.key(), item.value().detach().to(torch::kCPU, dtype).contiguous());
+  auto meta = metadata;
+  meta["format"] = "phasekv";
+  save_safetensors(dir + "/model.safetensors", tensors, meta);
+  write_file_atomic(dir + "/config.json", model_config_to_json(model->cfg).dump(2) + "\n");
+}
+
+Decoder load_model_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(dir)) throw Error("model directory " + dir + " does not exist");
+  const std::string cfg_path = dir + "/config.json", w_path = dir + "/model.safetensors";
+  if (!fs::exists(cfg_path)) throw Error("model directory " + dir + " has no config.json");
+  if (!fs::exists(w_path)) throw Error("model directory " + dir + " has no model.safetensors");
+  auto cfg = model_config_from_file(cfg_path);
+  Decoder model(cfg);
+  auto file = load_safetensors(w_path);
+  std::set<std::string> expected;
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    expected.insert(item.key());
+    item.value().copy_(take_tensor(file, w_path, item.key(), item.value().sizes()));
+  }
+  for (const auto& [name, t] : file.tensors)
+    if (!expected.count(name))
+      throw Error(w_path + ": unexpected tensor '" + name +
+                  "': config.json describes no such parameter");
+  model->eval();
+  return model;
+}
+
+std::string config_hash(const ModelConfig& cfg) {
+  // FNV-1a: stable across platforms and runs (std::hash is not).
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : model_config_to_json(cfg).dump()) {
+    h ^= ch;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return std::string(buf).substr(0, 12);
+}
+
+}  // namespace phasekv

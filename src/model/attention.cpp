@@ -1,0 +1,162 @@
+#include "model/attention.h"
+
+#include <cmath>
+
+#include "model/visibility.h"
+
+namespace phasekv {
+
+torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
+                               const torch::Tensor& q_pos, const torch::Tensor& ek,
+                               const torch::Tensor& ev, const torch::Tensor& rk,
+                               const torch::Tensor& rv, const torch::Tensor& r_pos,
+                               const torch::Tensor& sink) {
+  const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3);
+  const bool has_e = ek.defined() && ek.size(2) > 0, has_r = rk.defined() && rk.size(2) > 0;
+  if (!has_e && !has_r) return torch::zeros_like(q);
+  const int64_t Hkv = has_e ? ek.size(1) : rk.size(1), G = H / Hkv;
+  // Grouped-query attention without copying K/V: query heads are grouped [B, Hkv, G, Tq, hd].
+  auto qg = q.reshape({B, Hkv, G, Tq, hd}) * (1.0 / std::sqrt(static_cast<double>(hd)));
+  std::vector<torch::Tensor> scores, masks;
+  if (has_e) {
+    scores.push_back(torch::matmul(qg, ek.unsqueeze(2).transpose(-1, -2)));
+    masks.push_back(entry_visibility(a, q_pos, 0, ek.size(2)));
+  }
+  if (has_r) {
+    scores.push_back(torch::matmul(qg, rk.unsqueeze(2).transpose(-1, -2)));
+    masks.push_back(raw_visibility(a, q_pos, r_pos));
+  }
+  auto s = torch::cat(scores, -1);
+  auto mask = torch::cat(masks, -1).to(q.device());  // [Tq, N]
+  const int64_t N = s.size(-1);
+  // A query that sees no key (chunked, n_win = 0, t < S-1) must output 0, not NaN: let it
+  // "see" everything to keep the softmax finite, then zero its weights.
+  auto sees_any = mask.any(-1, /*keepdim=*/true);
+  s = s.masked_fill(~(mask | ~sees_any), -INFINITY);
+  if (sink.defined()) {
+    auto col = sink.to(s.scalar_type()).view({1, Hkv, G, 1, 1}).expand({B, Hkv, G, Tq, 1});
+    s = torch::cat({s, col}, -1);
+  }
+  auto p = torch::softmax(s, -1).narrow(-1, 0, N) * sees_any.to(s.scalar_type());
+  torch::Tensor out;
+  int64_t off = 0;
+  if (has_e) {
+    out = torch::matmul(p.narrow(-1, 0, ek.size(2)), ev.unsqueeze(2));
+    off = ek.size(2);
+  }
+  if (has_r) {
+    auto o = torch::matmul(p.narrow(-1, off, rk.size(2)), rv.unsqueeze(2));
+    out = out.defined() ? out + o : o;
+  }
+  return out.reshape({B, H, Tq, hd});
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig& m, const AttentionConfig& attn)
+    : cfg(attn),
+      n_heads(m.n_heads),
+      n_kv(m.n_kv_heads),
+      head_dim(m.head_dim),
+      rope(m.head_dim, m.rotary_dims(), m.rope_theta) {
+  wq = register_module("wq", make_linear(m.d_model, n_heads * head_dim));
+  wk = register_module("wk", make_linear(m.d_model, n_kv * head_dim));
+  wv = register_module("wv", make_linear(m.d_model, n_kv * head_dim));
+  wo = register_module("wo", make_linear(n_heads * head_dim, m.d_model));
+  if (m.qk_norm) {
+    q_norm = register_module("q_norm", std::make_shared<RMSNormImpl>(head_dim, m.norm_eps));
+    k_norm = register_module("k_norm", std::make_shared<RMSNormImpl>(head_dim, m.norm_eps));
+  }
+  if (cfg.kind == AttentionKind::kChunked) {
+    if (cfg.sink) sink = register_parameter("sink", torch::zeros({n_heads}));
+    comp = register_module("comp", Compressor(m, attn));
+  }
+}
+
+bool AttentionImpl::uses_raw() const {
+  return cfg.kind != AttentionKind::kChunked || cfg.n_win > 0 || cfg.uncompressed_tail;
+}
+
+AttentionImpl::Projected AttentionImpl::project(const torch::Tensor& x,
+                                                const torch::Tensor& positions) {
+  const int64_t B = x.size(0), T = x.size(1);
+  Projected p;
+  p.k_lin = wk(x);
+  p.v_lin = wv(x);
+  p.q = wq(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
+  p.k = p.k_lin.view({B, T, n_kv, head_dim}).transpose(1, 2);
+  p.v = p.v_lin.view({B, T, n_kv, head_dim}).transpose(1, 2);
+  if (q_norm) {
+    p.q = q_norm->forward(p.q);
+    p.k = k_norm->forward(p.k);
+  }
+  p.q = rope.apply(p.q, positions);
+  p.k = rope.apply(p.k, positions);
+  return p;
+}
+
+torch::Tensor AttentionImpl::output(const torch::Tensor& heads) {
+  auto h = heads;
+  if (!knocked_out_kv_heads.empty()) {
+    auto keep = torch::ones({n_kv}, h.options());
+    for (int64_t kv : knocked_out_kv_heads) keep[kv] = 0;
+    keep = keep.repeat_interleave(n_heads / n_kv).view({1, n_heads, 1, 1});
+    h = h * keep;
+  }
+  const int64_t B = h.size(0), T = h.size(2);
+  return wo(h.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t T = x.size(1);
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+  auto p = project(x, pos);
+  torch::Tensor ek, ev;
+  if (comp) {
+    auto tokens = comp->project(x, p.k_lin, p.v_lin);
+    std::tie(ek, ev) = comp->pool(tokens, 0, 0, T / cfg.stride);
+  }
+  torch::Tensor rk = uses_raw() ? p.k : torch::Tensor(), rv = uses_raw() ? p.v : torch::Tensor();
+  return output(attend_reference(cfg, p.q, pos, ek, ev, rk, rv, pos, sink));
+}
+
+torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& c) {
+  const int64_t Tn = x.size(1), t0 = c.n_tokens, t_end = t0 + Tn;
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
+  auto pos = torch::arange(t0, t_end, opts);
+  auto p = project(x, pos);
+  if (comp) {
+    if (c.pending.length() == 0) c.pending_start = t0;
+    c.pending = c.pending.append(comp->project(x, p.k_lin, p.v_lin));
+    const int64_t done = c.n_entries(), complete = t_end / cfg.stride;
+    if (complete > done) {
+      auto [k, v] = comp->pool(c.pending, c.pending_start, done, complete);
+      c.ent_k = c.ent_k.defined() ? torch::cat({c.ent_k, k}, 2) : k;
+      c.ent_v = c.ent_v.defined() ? torch::cat({c.ent_v, v}, 2) : v;
+    }
+    // The next entry's window starts at complete*S + S - W; older projected tokens are done.
+    const int64_t keep = std::max<int64_t>(0, complete * cfg.stride + cfg.stride - cfg.width);
+    if (keep > c.pending_start) {
+      c.pending = c.pending.slice_from(std::min(keep - c.pending_start, c.pending.length()));
+      c.pending_start = keep;
+    }
+  }
+  if (uses_raw()) {
+    c.raw_k = c.raw_k.defined() ? torch::cat({c.raw_k, p.k}, 2) : p.k;
+    c.raw_v = c.raw_v.defined() ? torch::cat({c.raw_v, p.v}, 2) : p.v;
+    c.raw_pos = c.raw_pos.defined() ? torch::cat({c.raw_pos, pos}) : pos;
+  }
+  auto out = attend_reference(cfg, p.q, pos, c.ent_k, c.ent_v, c.raw_k, c.raw_v, c.raw_pos, sink);
+  c.n_tokens = t_end;
+  if (c.n_raw() > 0) {
+    const int64_t from = raw_keep_from(cfg, t_end);
+    const int64_t first = c.raw_pos[0].item<int64_t>();
+    if (from > first) {
+      const int64_t drop = std::min(from - first, c.n_raw());
+      c.raw_k = c.raw_k.narrow(2, drop, c.n_raw() - drop).contiguous();
+      c.raw_v = c.raw_v.narrow(2, drop, c.raw_v.size(2) - drop).contiguous();
+      c.raw_pos = c.raw_pos.narrow(0, drop, c.raw_pos.size(0) - drop).contiguous();
+    }
+  }
+  return output(out);
+}
+
+}  // namespace phasekv

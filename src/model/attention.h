@@ -1,0 +1,53 @@
+// Attention with pluggable key sets: full causal, raw sliding window, or chunked (compressed
+// entries plus a raw window in one joint softmax, optionally with a learned sink).
+#pragma once
+#include <torch/torch.h>
+
+#include "config/model_config.h"
+#include "model/compressor.h"
+#include "model/kv_cache.h"
+#include "model/layers.h"
+
+namespace phasekv {
+
+// The reference attention core: materialises the [Tq, E + R] scores and the visibility masks.
+// q: [B, H, Tq, hd] (rotated), q_pos: [Tq]; entries ek/ev: [B, Hkv, E, hd] holding entries
+// 0..E-1; raw rk/rv: [B, Hkv, R, hd] at positions r_pos [R]; sink: [H] or undefined.
+// Either key set may be undefined. Returns [B, H, Tq, hd]; a query that sees nothing gets 0.
+torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
+                               const torch::Tensor& q_pos, const torch::Tensor& ek,
+                               const torch::Tensor& ev, const torch::Tensor& rk,
+                               const torch::Tensor& rv, const torch::Tensor& r_pos,
+                               const torch::Tensor& sink);
+
+struct AttentionImpl : torch::nn::Module {
+  AttentionImpl(const ModelConfig& model, const AttentionConfig& attn);
+
+  // Full sequence at positions 0..T-1; x is the pre-normed hidden state [B, T, D].
+  torch::Tensor forward(const torch::Tensor& x);
+  // Streaming: x holds the next tokens, at positions cache.n_tokens onwards; updates the cache.
+  torch::Tensor forward_cached(const torch::Tensor& x, LayerCache& cache);
+
+  AttentionConfig cfg;
+  int64_t n_heads, n_kv, head_dim;
+  Rope rope;
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  std::shared_ptr<RMSNormImpl> q_norm, k_norm;
+  torch::Tensor sink;  // [H] learned logit with zero value, if cfg.sink
+  Compressor comp{nullptr};
+  // KV-head knockout (causal intervention): the outputs of all query heads reading a knocked-out
+  // KV head are zeroed before the output projection.
+  std::vector<int64_t> knocked_out_kv_heads;
+
+ private:
+  struct Projected {
+    torch::Tensor q, k, v;       // heads-first, q and k normed and rotated
+    torch::Tensor k_lin, v_lin;  // [B, T, Hkv*hd] before norm/RoPE (compressor payloads)
+  };
+  Projected project(const torch::Tensor& x, const torch::Tensor& positions);
+  torch::Tensor output(const torch::Tensor& heads);  // [B, H, T, hd] -> [B, T, D]
+  bool uses_raw() const;
+};
+TORCH_MODULE(Attention);
+
+}  // namespace phasekv

@@ -1,0 +1,195 @@
+#include "model/compressor.h"
+
+#include "util/error.h"
+
+namespace phasekv {
+
+CompressorTokens CompressorTokens::slice_from(int64_t t0) const {
+  auto cut = [&](const torch::Tensor& x) {
+    return x.defined() ? x.narrow(1, t0, x.size(1) - t0) : x;
+  };
+  return {cut(pk), cut(pv), cut(gk), cut(gv)};
+}
+
+CompressorTokens CompressorTokens::append(const CompressorTokens& more) const {
+  if (length() == 0) return more;
+  auto cat = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return a.defined() ? torch::cat({a, b}, 1) : a;
+  };
+  return {cat(pk, more.pk), cat(pv, more.pv), cat(gk, more.gk), cat(gv, more.gv)};
+}
+
+int64_t CompressorTokens::bytes() const {
+  int64_t total = 0;
+  for (const auto* t : {&pk, &pv, &gk, &gv})
+    if (t->defined()) total += t->numel() * static_cast<int64_t>(t->element_size());
+  return total;
+}
+
+CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& attn)
+    : cfg(attn),
+      n_kv(model.n_kv_heads),
+      head_dim(model.head_dim),
+      rope(model.head_dim, attn.entry_rope == EntryRope::kNone ? 0 : model.rotary_dims(),
+           model.rope_theta) {
+  const int64_t D = model.d_model, W = cfg.width, L = cfg.lanes(), kv = n_kv * head_dim;
+  for (int64_t l = 1; l < L; ++l) {
+    lane_wk.push_back(register_module("lane" + std::to_string(l) + "_wk", make_linear(D, kv)));
+    lane_wv.push_back(register_module("lane" + std::to_string(l) + "_wv", make_linear(D, kv)));
+  }
+  lane_of_slot = (W - 1 - torch::arange(W, torch::kInt64)).div(cfg.stride, "floor");
+  auto make_gate = [&](const std::string& suffix) {
+    if (cfg.gate == GateKind::kScalar) {
+      // One gate map per slot: the offset-specific scalar gate of the study's reference kernel.
+      gate_k = register_parameter("gate_" + suffix, torch::randn({W, n_kv, D}) * 0.02);
+      if (cfg.gate_bias) bias_k = register_parameter("bias_" + suffix, torch::zeros({W, n_kv}));
+    } else {
+      // DeepSeek-V4: one gate map per lane, a per-slot-per-channel bias ("ape").
+      gate_k = register_parameter("gate_" + suffix, torch::randn({L, kv, D}) * 0.02);
+      if (cfg.gate_bias)
+        bias_k = register_parameter("bias_" + suffix, torch::zeros({W, n_kv, head_dim}));
+    }
+  };
+  if (cfg.gate != GateKind::kMean) {
+    make_gate("k");
+    if (!cfg.tied_kv_gates) {
+      auto gk = gate_k, bk = bias_k;
+      make_gate("v");
+      gate_v = gate_k, bias_v = bias_k;
+      gate_k = gk, bias_k = bk;
+    }
+  }
+  if (cfg.entry_norm)
+    k_norm = register_module("k_norm", std::make_shared<RMSNormImpl>(head_dim, model.norm_eps));
+}
+
+int64_t CompressorImpl::entry_position(int64_t j) const {
+  switch (cfg.entry_rope) {
+    case EntryRope::kStart:
+      return j * cfg.stride;
+    case EntryRope::kPrev:
+      return (j - 1) * cfg.stride;
+    case EntryRope::kLast:
+      return j * cfg.stride + cfg.stride - 1;
+    case EntryRope::kNone:
+      return 0;
+  }
+  return 0;
+}
+
+torch::Tensor CompressorImpl::gate_scores(const torch::Tensor& x, const torch::Tensor& gate,
+                                          const torch::Tensor& bias) {
+  const int64_t B = x.size(0), T = x.size(1), W = cfg.width;
+  auto g = gate.to(x.scalar_type());
+  torch::Tensor s;
+  if (cfg.gate == GateKind::kScalar) {
+    s = torch::matmul(x, g.reshape({-1, x.size(2)}).t()).view({B, T, W, n_kv});
+  } else {
+    s = torch::matmul(x, g.reshape({-1, x.size(2)}).t()).view({B, T, cfg.lanes(), n_kv, head_dim});
+    s = s.index_select(2, lane_of_slot.to(x.device()));
+  }
+  return bias.defined() ? s + bias.to(s.scalar_type()) : s;
+}
+
+CompressorTokens CompressorImpl::project(const torch::Tensor& x, const torch::Tensor& k_lin,
+                                         const torch::Tensor& v_lin) {
+  const int64_t B = x.size(0), T = x.size(1);
+  std::vector<torch::Tensor> ks{k_lin}, vs{v_lin};
+  for (size_t l = 0; l < lane_wk.size(); ++l) {
+    ks.push_back(lane_wk[l](x));
+    vs.push_back(lane_wv[l](x));
+  }
+  CompressorTokens out;
+  out.pk = torch::stack(ks, 2).view({B, T, cfg.lanes(), n_kv, head_dim});
+  out.pv = torch::stack(vs, 2).view({B, T, cfg.lanes(), n_kv, head_dim});
+  if (cfg.gate != GateKind::kMean) {
+    out.gk = gate_scores(x, gate_k, bias_k);
+    if (!cfg.tied_kv_gates) out.gv = gate_scores(x, gate_v, bias_v);
+  }
+  return out;
+}
+
+// per_token: [B, T, ...] -> [B, n, W, ...], row e holding the W slots of entry j0+e.
+torch::Tensor CompressorImpl::gather_slots(const torch::Tensor& per_token,
+                                           const torch::Tensor& flat_idx, int64_t n) {
+  auto g = per_token.index_select(1, flat_idx);
+  std::vector<int64_t> shape{g.size(0), n, cfg.width};
+  for (int64_t d = 2; d < g.dim(); ++d) shape.push_back(g.size(d));
+  return g.view(shape);
+}
+
+// Each token carries its score for every slot; entry slot i needs the score for slot i of the
+// token sitting there: the diagonal of [.., slot, score-slot, ..].
+torch::Tensor CompressorImpl::gather_scores(const torch::Tensor& per_token,
+                                            const torch::Tensor& flat_idx, int64_t n) {
+  return torch::diagonal(gather_slots(per_token, flat_idx, n), 0, 2, 3).movedim(-1, 2);
+}
+
+// Softmax over the W slots (dim 2); slots before position 0 (only j = 0 when W > S) get -inf.
+torch::Tensor CompressorImpl::weights(const torch::Tensor& scores, const torch::Tensor& valid,
+                                      int64_t n, const torch::Tensor& like) {
+  const int64_t W = cfg.width;
+  if (!scores.defined()) {  // mean pooling over the valid slots
+    auto v = valid.to(like.scalar_type());
+    return (v / v.sum(1, true)).view({1, n, W, 1, 1});
+  }
+  if (scores.dim() == 4) {
+    auto s = scores.masked_fill(~valid.view({1, n, W, 1}), -INFINITY);
+    return torch::softmax(s, 2).unsqueeze(-1);
+  }
+  auto s = scores.masked_fill(~valid.view({1, n, W, 1, 1}), -INFINITY);
+  return torch::softmax(s, 2);
+}
+
+torch::Tensor CompressorImpl::pool_weights_k(const CompressorTokens& tokens, int64_t tok0,
+                                             int64_t j0, int64_t j1) {
+  const int64_t S = cfg.stride, W = cfg.width, n = j1 - j0;
+  auto dev = tokens.pk.device();
+  auto pos = torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W) +
+             torch::arange(W, torch::kInt64).unsqueeze(0);
+  auto valid = (pos >= 0).to(dev);
+  auto rel = (pos - tok0).clamp_min(0);
+  if (n > 0) {
+    int64_t hi = rel.max().item<int64_t>(),
+            lo_valid = (pos.masked_select(pos >= 0) - tok0).min().item<int64_t>();
+    if (lo_valid < 0 || hi >= tokens.length())
+      throw Error("compressor: tokens [" + std::to_string(tok0) + ", " +
+                  std::to_string(tok0 + tokens.length()) + ") do not cover entries [" +
+                  std::to_string(j0) + ", " + std::to_string(j1) + ")");
+  }
+  auto flat = rel.flatten().to(dev);
+  torch::Tensor scores = tokens.gk.defined() ? gather_scores(tokens.gk, flat, n) : torch::Tensor();
+  return weights(scores, valid, n, tokens.pk);
+}
+
+std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTokens& tokens,
+                                                             int64_t tok0, int64_t j0, int64_t j1) {
+  const int64_t S = cfg.stride, W = cfg.width, n = j1 - j0, B = tokens.pk.size(0);
+  auto dev = tokens.pk.device();
+  auto pos = torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W) +
+             torch::arange(W, torch::kInt64).unsqueeze(0);
+  auto valid = (pos >= 0).to(dev);
+  auto flat = (pos - tok0).clamp_min(0).flatten().to(dev);
+
+  auto a_k = pool_weights_k(tokens, tok0, j0, j1);
+  torch::Tensor a_v = a_k;
+  if (tokens.gv.defined()) a_v = weights(gather_scores(tokens.gv, flat, n), valid, n, tokens.pk);
+
+  auto payload = [&](const torch::Tensor& per_token) {  // [B, n, W, Hkv, hd], lane picked per slot
+    auto g = gather_slots(per_token, flat, n);          // [B, n, W, lanes, Hkv, hd]
+    if (cfg.lanes() == 1) return g.select(3, 0);
+    auto idx = lane_of_slot.to(dev).view({1, 1, W, 1, 1, 1}).expand({B, n, W, 1, n_kv, head_dim});
+    return g.gather(3, idx).squeeze(3);
+  };
+  auto k = (a_k * payload(tokens.pk)).sum(2).transpose(1, 2);  // [B, Hkv, n, hd]
+  auto v = (a_v * payload(tokens.pv)).sum(2).transpose(1, 2);
+  if (k_norm) k = k_norm->forward(k);
+  if (cfg.entry_rope != EntryRope::kNone && n > 0) {
+    std::vector<int64_t> epos;
+    for (int64_t j = j0; j < j1; ++j) epos.push_back(entry_position(j));
+    k = rope.apply(k, torch::tensor(epos, torch::kInt64).to(dev));
+  }
+  return {k, v};
+}
+
+}  // namespace phasekv

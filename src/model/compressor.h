@@ -1,0 +1,68 @@
+// The chunked KV compressor: every S tokens, the W tokens [jS+S-W, jS+S) are pooled into entry j.
+//
+// Work is split in two so that the full-sequence forward and the streaming session run the SAME
+// arithmetic: `project` runs once per token (payloads and gate scores), `pool` turns the projected
+// tokens of complete windows into finished entries (softmax over slots, weighted sum, entry norm,
+// RoPE at the entry's position). Streaming keeps projected tokens of the partial window between
+// calls.
+#pragma once
+#include <torch/torch.h>
+
+#include "config/model_config.h"
+#include "model/layers.h"
+
+namespace phasekv {
+
+// Per-token projections of a run of consecutive tokens. T is the time dimension (dim 1).
+struct CompressorTokens {
+  torch::Tensor pk, pv;  // payloads per lane: [B, T, lanes, Hkv, hd]
+  torch::Tensor gk, gv;  // gate scores per slot, bias included: scalar [B,T,W,Hkv], vector
+                         // [B,T,W,Hkv,hd]; undefined for the mean gate; gv undefined when tied
+  int64_t length() const { return pk.defined() ? pk.size(1) : 0; }
+  CompressorTokens slice_from(int64_t t0) const;  // tokens [t0, length())
+  CompressorTokens append(const CompressorTokens& more) const;
+  int64_t bytes() const;
+};
+
+struct CompressorImpl : torch::nn::Module {
+  // wk/wv are the attention's raw key/value projections: lane 0 (the current block) shares them,
+  // so raw keys and entries live in one space and S=W=1 mean pooling reduces to full attention.
+  CompressorImpl(const ModelConfig& model, const AttentionConfig& attn);
+
+  // k_lin, v_lin: the shared lane-0 payloads wk(x), wv(x) as [B, T, Hkv*hd].
+  CompressorTokens project(const torch::Tensor& x, const torch::Tensor& k_lin,
+                           const torch::Tensor& v_lin);
+  // Finished entries j in [j0, j1) from projected tokens whose first token is at absolute
+  // position tok0; they must cover positions [max(0, j0*S+S-W), j1*S+S-1]. Returns K, V as
+  // [B, Hkv, j1-j0, hd]: K normed (if entry_norm) and rotated at the entry position.
+  std::pair<torch::Tensor, torch::Tensor> pool(const CompressorTokens& tokens, int64_t tok0,
+                                               int64_t j0, int64_t j1);
+  // Pool weights a[b, e, slot, h(, c)] for the K side, exposed for gate-concentration analyses.
+  torch::Tensor pool_weights_k(const CompressorTokens& tokens, int64_t tok0, int64_t j0,
+                               int64_t j1);
+
+  int64_t entry_position(int64_t j) const;
+
+  AttentionConfig cfg;
+  int64_t n_kv, head_dim;
+  Rope rope;
+  // Lanes >= 1 (overlap, W > S) have their own payload projections: the earlier block enters the
+  // entry through a second projection, as in DeepSeek CSA.
+  std::vector<torch::nn::Linear> lane_wk, lane_wv;
+  torch::Tensor gate_k, bias_k, gate_v, bias_v;
+  std::shared_ptr<RMSNormImpl> k_norm;
+  torch::Tensor lane_of_slot;  // [W] int64: lane(i) = (W-1-i) / S
+
+ private:
+  torch::Tensor gate_scores(const torch::Tensor& x, const torch::Tensor& gate,
+                            const torch::Tensor& bias);
+  torch::Tensor gather_slots(const torch::Tensor& per_token, const torch::Tensor& flat_idx,
+                             int64_t n);
+  torch::Tensor gather_scores(const torch::Tensor& per_token, const torch::Tensor& flat_idx,
+                              int64_t n);
+  torch::Tensor weights(const torch::Tensor& scores, const torch::Tensor& valid, int64_t n,
+                        const torch::Tensor& like);
+};
+TORCH_MODULE(Compressor);
+
+}  // namespace phasekv

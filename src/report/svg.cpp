@@ -1,0 +1,190 @@
+// Hand-written SVG chart of accuracy by phase. Presentation attributes instead of CSS so that the
+// file looks the same standalone, inlined in the HTML report, or opened by a vector editor.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "report/report.h"
+#include "util/error.h"
+
+namespace phasekv {
+
+namespace {
+
+// Okabe-Ito colours: distinguishable with the common colour-vision deficiencies.
+constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                    "#E69F00", "#56B4E9", "#000000"};
+constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
+
+// Phases sit at the centres of M equal bands, so band edges are window boundaries: phase kS - 1
+// and kS are in different compressed entries.
+struct Frame {
+  int modulus = 1;
+  double width = 760, height = 420;
+  double left = 64, right = 24, top = 56, bottom = 56;
+  double plot_w() const { return width - left - right; }
+  double plot_h() const { return height - top - bottom; }
+  double band() const { return plot_w() / modulus; }
+  double edge(int phase) const { return left + phase * band(); }
+  double x(double phase) const { return left + (phase + 0.5) * band(); }
+  double y(double acc) const { return top + (1.0 - std::clamp(acc, 0.0, 1.0)) * plot_h(); }
+};
+
+Frame make_frame(const PhaseSeries& series) {
+  Frame f;
+  for (const auto& [label, s] : series) f.modulus = std::max(f.modulus, s.modulus);
+  if (series.size() > 1) {
+    size_t longest = 0;
+    for (const auto& [label, s] : series) longest = std::max(longest, label.size());
+    f.right = 48 + 7.0 * static_cast<double>(std::min<size_t>(longest, 40));
+    f.width += f.right - 24;
+  }
+  return f;
+}
+
+// The stride drawn as window boundaries: the one every series that knows its stride agrees on
+// (and that fits the axis); none when they disagree, rather than one series' grid for all.
+int chart_stride(const PhaseSeries& series, const Frame& f) {
+  int stride = 0;
+  for (const auto& [label, s] : series) {
+    if (s.stride <= 0) continue;
+    if (stride > 0 && s.stride != stride) return 0;
+    stride = s.stride;
+  }
+  return stride > 0 && f.modulus % stride == 0 ? stride : 0;
+}
+
+std::string svg_open(const Frame& f, const std::string& title) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0:.0f}\" height=\"{1:.0f}\" "
+      "viewBox=\"0 0 {0:.0f} {1:.0f}\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      "<title>{2}</title>\n"
+      "<rect x=\"0\" y=\"0\" width=\"{0:.0f}\" height=\"{1:.0f}\" fill=\"#ffffff\"/>\n"
+      "<text x=\"{3:.1f}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{2}</text>\n",
+      f.width, f.height, xml_escape(title), f.left);
+}
+
+std::string svg_stride_guides(const Frame& f, int stride) {
+  if (stride <= 0) return "";
+  std::string out;
+  for (int r = stride - 1; r < f.modulus; r += stride) {
+    out += fmt::format(
+        "<rect class=\"boundary\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+        "fill=\"#eeeeee\"/>\n",
+        f.edge(r), f.top, f.band(), f.plot_h());
+  }
+  for (int r = stride; r < f.modulus; r += stride) {
+    out += fmt::format(
+        "<line class=\"stride\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" "
+        "stroke=\"#777777\" stroke-dasharray=\"2,3\"/>\n",
+        f.edge(r), f.top, f.top + f.plot_h());
+  }
+  return out;
+}
+
+std::string svg_y_axis(const Frame& f) {
+  std::string out;
+  for (int i = 0; i <= 5; ++i) {
+    const double acc = 0.2 * i;
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{2:.1f}\" x2=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#dddddd\"/>\n"
+        "<text x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5:.1f}</text>\n",
+        f.left, f.left + f.plot_w(), f.y(acc), f.left - 6, f.y(acc) + 4, acc);
+  }
+  out += fmt::format(
+      "<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">"
+      "accuracy</text>\n",
+      f.left - 44, f.top + f.plot_h() / 2);
+  return out;
+}
+
+std::string svg_x_axis(const Frame& f) {
+  const double base = f.top + f.plot_h();
+  const int every = std::max(1, (f.modulus + 23) / 24);  // at most ~24 labels
+  std::string out;
+  for (int r = 0; r < f.modulus; r += every) {
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", f.x(r),
+                       base + 16, r);
+  }
+  out += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
+      "stroke=\"#333333\"/>\n"
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">phase r = target position mod {}"
+      "</text>\n",
+      f.left, f.top, f.plot_w(), f.plot_h(), f.left + f.plot_w() / 2, base + 40, f.modulus);
+  return out;
+}
+
+std::string svg_caption(const Frame& f, int stride) {
+  std::string text = "bars: 95% Wilson CI; dashed: mean";
+  if (stride > 0)
+    text += fmt::format("; dotted: window boundaries (S = {}), shaded: r mod S = S-1", stride);
+  return fmt::format("<text x=\"{:.1f}\" y=\"42\" fill=\"#555555\" font-size=\"11\">{}</text>\n",
+                     f.left, xml_escape(text));
+}
+
+// Error bar with caps as one path, so each phase has exactly one `errbar` element.
+std::string svg_error_bar(const Frame& f, double x, const PhaseRow& p, const char* color) {
+  const double lo = f.y(p.ci_lo), hi = f.y(p.ci_hi), cap = 3.0;
+  return fmt::format(
+      "<path class=\"errbar\" d=\"M{0:.1f},{1:.1f}V{2:.1f}M{3:.1f},{1:.1f}H{4:.1f}M{3:.1f},{2:.1f}"
+      "H{4:.1f}\" stroke=\"{5}\" fill=\"none\"/>\n",
+      x, lo, hi, x - cap, x + cap, color);
+}
+
+std::string svg_series(const Frame& f, const std::string& label, const PhaseSummary& s,
+                       const char* color, double offset) {
+  std::string out = fmt::format("<g class=\"series\" data-label=\"{}\">\n", xml_escape(label));
+  out += fmt::format(
+      "<line class=\"mean\" x1=\"{0:.1f}\" y1=\"{2:.1f}\" x2=\"{1:.1f}\" y2=\"{2:.1f}\" "
+      "stroke=\"{3}\" stroke-dasharray=\"6,4\"/>\n",
+      f.left, f.left + f.plot_w(), f.y(s.mean_acc), color);
+  for (const PhaseRow& p : s.phases) {
+    const double x = f.x(p.r + offset);
+    out += svg_error_bar(f, x, p, color);
+    out += fmt::format(
+        "<circle class=\"point\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"{}\">"
+        "<title>{} r={}: {:.3f} [{:.3f}, {:.3f}], n={}</title></circle>\n",
+        x, f.y(p.acc), color, xml_escape(label), p.r, p.acc, p.ci_lo, p.ci_hi, p.n);
+  }
+  return out + "</g>\n";
+}
+
+std::string svg_legend(const Frame& f, const PhaseSeries& series) {
+  const double x = f.left + f.plot_w() + 16;
+  std::string out = "<g class=\"legend\">\n";
+  for (size_t i = 0; i < series.size(); ++i) {
+    const double y = f.top + 8 + 20.0 * static_cast<double>(i);
+    const char* color = kPalette[i % kPaletteSize];
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\"/>"
+        "<circle cx=\"{4:.1f}\" cy=\"{1:.1f}\" r=\"3.5\" fill=\"{3}\"/>"
+        "<text x=\"{5:.1f}\" y=\"{6:.1f}\">{7}</text>\n",
+        x, y, x + 18, color, x + 9, x + 24, y + 4, xml_escape(series[i].first));
+  }
+  return out + "</g>\n";
+}
+
+}  // namespace
+
+std::string phase_svg(const PhaseSeries& series, const std::string& title) {
+  if (series.empty()) throw Error("phase_svg: no series to plot");
+  const Frame f = make_frame(series);
+  const int stride = chart_stride(series, f);
+  std::string out = svg_open(f, title);
+  out += svg_caption(f, stride);
+  out += svg_stride_guides(f, stride);
+  out += svg_y_axis(f);
+  out += svg_x_axis(f);
+  // Side-by-side offsets keep overlapping error bars of several series apart.
+  const double step = std::min(0.12, 0.6 / static_cast<double>(series.size()));
+  for (size_t i = 0; i < series.size(); ++i) {
+    const double offset = (static_cast<double>(i) - (series.size() - 1) / 2.0) * step;
+    out += svg_series(f, series[i].first, series[i].second, kPalette[i % kPaletteSize], offset);
+  }
+  if (series.size() > 1) out += svg_legend(f, series);
+  return out + "</svg>\n";
+}
+
+}  // namespace phasekv

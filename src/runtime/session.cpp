@@ -1,0 +1,53 @@
+#include "runtime/session.h"
+
+#include "model/visibility.h"
+
+namespace phasekv {
+
+Session::Session(Decoder model) : model_(std::move(model)) {
+  reset();
+}
+
+void Session::reset() {
+  caches_.assign(model_->blocks.size(), LayerCache{});
+}
+
+torch::Tensor Session::feed(const std::vector<int64_t>& tokens) {
+  torch::NoGradGuard no_grad;
+  auto t = torch::tensor(tokens, torch::kInt64).unsqueeze(0);
+  return model_->forward_cached(t, caches_).squeeze(0);
+}
+
+torch::Tensor Session::decode(int64_t token) {
+  return feed({token}).squeeze(0);
+}
+
+std::vector<LayerBytes> Session::cache_bytes() const {
+  std::vector<LayerBytes> out;
+  for (const auto& c : caches_) out.push_back({c.raw_bytes(), c.entry_bytes(), c.pending_bytes()});
+  return out;
+}
+
+LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, int64_t T,
+                              int64_t elem) {
+  const int64_t kv = m.n_kv_heads * m.head_dim;
+  const int64_t token_bytes = 2 * kv * elem;  // one K and one V vector (= one entry's size)
+  LayerBytes b;
+  const bool raw = a.kind != AttentionKind::kChunked || a.n_win > 0 || a.uncompressed_tail;
+  if (raw) b.raw = std::max<int64_t>(0, T - raw_keep_from(a, T)) * token_bytes;
+  if (a.kind != AttentionKind::kChunked || T == 0) return b;
+  const int64_t S = a.stride, W = a.width, complete = T / S;
+  b.entries = complete * token_bytes;
+  // Partial window: projected tokens from the next entry's first slot on, each holding one
+  // payload pair per lane plus its gate scores for every slot.
+  const int64_t pending = T - std::max<int64_t>(0, complete * S + S - W);
+  int64_t per_token = a.lanes() * token_bytes;
+  const int64_t gate = a.gate == GateKind::kScalar   ? W * m.n_kv_heads
+                       : a.gate == GateKind::kVector ? W * kv
+                                                     : 0;
+  per_token += (a.tied_kv_gates ? 1 : 2) * gate * elem;
+  b.pending = std::max<int64_t>(pending, 0) * per_token;
+  return b;
+}
+
+}  // namespace phasekv

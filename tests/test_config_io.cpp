@@ -1,0 +1,127 @@
+// Config parsing errors and model-directory round trips / corruption, as users meet them.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "io/model_dir.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+nlohmann::json base_json() {
+  return nlohmann::json::parse(R"({"vocab_size": 32, "d_model": 32, "n_layers": 2, "n_heads": 4,
+    "n_kv_heads": 2, "head_dim": 8, "d_ff": 48,
+    "attention": {"kind": "chunked", "stride": 4, "width": 8, "gate": "vector", "n_win": 2},
+    "layers": [{"kind": "full"}, {}]})");
+}
+
+TEST(Config, ParsesDefaultsAndPerLayerOverrides) {
+  auto c = model_config_from_json(base_json(), "cfg.json");
+  ASSERT_EQ(c.layers.size(), 2u);
+  EXPECT_EQ(c.layers[0].kind, AttentionKind::kFull);
+  EXPECT_EQ(c.layers[1].kind, AttentionKind::kChunked);
+  EXPECT_EQ(c.layers[1].width, 8);
+  EXPECT_EQ(c.layers[1].gate, GateKind::kVector);
+  EXPECT_EQ(c.layers[1].lanes(), 2);
+  // Round trip through JSON is exact.
+  auto again = model_config_from_json(model_config_to_json(c), "again");
+  EXPECT_EQ(model_config_to_json(again), model_config_to_json(c));
+}
+
+TEST(Config, ErrorsNameTheKeyAndWhatIsAllowed) {
+  auto j = base_json();
+  j["attention"]["strid"] = 4;
+  auto msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'strid'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stride"), std::string::npos) << msg;
+
+  j = base_json();
+  j["attention"]["gate"] = "max";
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("scalar|vector|mean"), std::string::npos) << msg;
+
+  j = base_json();
+  j["attention"]["width"] = 2;
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("'width' (2) must be >= stride (4)"), std::string::npos) << msg;
+
+  j = base_json();
+  j["n_heads"] = 3;
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("multiple of n_kv_heads"), std::string::npos) << msg;
+
+  j = base_json();
+  j["d_model"] = "big";
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("'d_model' has the wrong type"), std::string::npos) << msg;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    path = (std::filesystem::temp_directory_path() /
+            ("phasekv_test_" + std::to_string(::getpid()) + "_" + std::to_string(rand())))
+               .string();
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+TEST(ModelDir, RoundTripF32AndBf16) {
+  auto cfg = model_config_from_json(base_json(), "cfg");
+  auto m = test::make_model(cfg, 3);
+  TempDir dir;
+  auto tokens = test::random_tokens(21, 32, 4);
+  torch::NoGradGuard g;
+  auto ref = m->forward(tokens);
+  save_model_dir(dir.path + "/f32", m);
+  auto back = load_model_dir(dir.path + "/f32");
+  EXPECT_EQ((back->forward(tokens) - ref).abs().max().item<double>(), 0.0);
+  save_model_dir(dir.path + "/bf16", m, torch::kBFloat16);
+  auto b16 = load_model_dir(dir.path + "/bf16");
+  double d = (b16->forward(tokens) - ref).abs().max().item<double>();
+  EXPECT_GT(d, 0.0);   // rounded weights...
+  EXPECT_LT(d, 0.05);  // ...but the same model
+  EXPECT_EQ(config_hash(back->cfg), config_hash(cfg));
+}
+
+TEST(ModelDir, CorruptionGivesNamedErrors) {
+  auto cfg = model_config_from_json(base_json(), "cfg");
+  auto m = test::make_model(cfg, 3);
+  TempDir dir;
+  save_model_dir(dir.path, m);
+  const std::string w = dir.path + "/model.safetensors";
+  auto bytes = read_file(w);
+  write_file_atomic(w, bytes.substr(0, bytes.size() - 100));
+  auto msg = error_of([&] { load_model_dir(dir.path); });
+  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("final_norm.weight"), std::string::npos) << msg;  // the last tensor written
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  // A config that no longer matches the weights: name the tensor and both shapes.
+  write_file_atomic(w, bytes);
+  auto j = base_json();
+  j["d_ff"] = 40;
+  write_file_atomic(dir.path + "/config.json", j.dump());
+  msg = error_of([&] { load_model_dir(dir.path); });
+  EXPECT_NE(msg.find("w_gate.weight"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("[40, 32]"), std::string::npos) << msg;
+  msg = error_of([&] { load_model_dir(dir.path + "/nope"); });
+  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace phasekv

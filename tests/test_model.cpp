@@ -1,0 +1,176 @@
+// Invariants of the chunked-compression engine (PAPER.md section 2 is the specification).
+#include <gtest/gtest.h>
+
+#include "model/visibility.h"
+#include "test_util.h"
+
+namespace phasekv {
+namespace {
+
+using test::all_variants;
+using test::make_model;
+using test::random_tokens;
+using test::tiny_config;
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>();
+}
+
+TEST(Model, ChunkedS1W1MeanNoWindowEqualsFullAttention) {
+  AttentionConfig full;
+  AttentionConfig ch;
+  ch.kind = AttentionKind::kChunked;
+  ch.stride = 1;
+  ch.width = 1;
+  ch.gate = GateKind::kMean;
+  ch.n_win = 0;
+  auto m_full = make_model(tiny_config(full), 7);
+  auto m_ch = make_model(tiny_config(ch), 99);
+  // Same weights: every full-model tensor has a namesake; the entry norm starts at 1 like k_norm.
+  {
+    torch::NoGradGuard g;
+    auto src = m_full->named_parameters();
+    for (auto& p : m_ch->named_parameters()) {
+      if (src.contains(p.key()))
+        p.value().copy_(src[p.key()]);
+      else if (p.key().find("comp.k_norm") != std::string::npos)
+        p.value().fill_(1.0);
+      else
+        FAIL() << "unexpected parameter " << p.key();
+    }
+  }
+  auto tokens = random_tokens(37, 32, 1);
+  torch::NoGradGuard g;
+  auto a = m_full->forward(tokens), b = m_ch->forward(tokens);
+  EXPECT_LT(max_abs_diff(a, b), 1e-5);
+  // And the equality is not vacuous: a different stride changes the logits.
+  ch.stride = 2;
+  ch.width = 2;
+  auto m_s2 = make_model(tiny_config(ch), 99);
+  {
+    auto src = m_ch->named_parameters();
+    for (auto& p : m_s2->named_parameters()) p.value().copy_(src[p.key()]);
+  }
+  EXPECT_GT(max_abs_diff(a, m_s2->forward(tokens)), 1e-3);
+}
+
+TEST(Model, CausalForEveryVariant) {
+  for (const auto& v : all_variants()) {
+    auto m = make_model(v.cfg, 3);
+    torch::NoGradGuard g;
+    auto tokens = random_tokens(29, v.cfg.vocab_size, 5);
+    auto base = m->forward(tokens);
+    for (int64_t t : {0, 6, 13, 27}) {
+      auto changed = tokens.clone();
+      auto tail = changed.narrow(1, t + 1, 29 - t - 1);
+      tail.copy_((tail + 1) % v.cfg.vocab_size);
+      auto out = m->forward(changed);
+      EXPECT_LT(max_abs_diff(base.narrow(1, 0, t + 1), out.narrow(1, 0, t + 1)), 1e-6)
+          << v.name << " t=" << t;
+      EXPECT_GT(max_abs_diff(base.narrow(1, t + 1, 1), out.narrow(1, t + 1, 1)), 1e-6)
+          << v.name << " change after t=" << t << " had no effect at all";
+    }
+  }
+}
+
+TEST(Visibility, EntryBecomesVisibleAtTheTokenThatCompletesIt) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  for (int S : {1, 2, 4, 8}) {
+    a.stride = S;
+    a.width = S;
+    for (int64_t j : {0, 1, 5}) {
+      auto q = torch::tensor({j * S + S - 2, j * S + S - 1}, torch::kInt64);
+      auto vis = entry_visibility(a, q, 0, j + 1);
+      if (j * S + S - 2 >= 0) EXPECT_FALSE(vis[0][j].item<bool>()) << "S=" << S << " j=" << j;
+      EXPECT_TRUE(vis[1][j].item<bool>()) << "S=" << S << " j=" << j;
+      if (j > 0) EXPECT_TRUE(vis[1][j - 1].item<bool>());
+    }
+  }
+}
+
+TEST(Visibility, RawWindowAndTail) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 4;
+  a.n_win = 2;
+  auto q = torch::tensor({9}, torch::kInt64);
+  auto r = torch::arange(12, torch::kInt64);
+  auto vis = raw_visibility(a, q, r);
+  std::vector<int64_t> seen;
+  for (int64_t p = 0; p < 12; ++p)
+    if (vis[0][p].item<bool>()) seen.push_back(p);
+  EXPECT_EQ(seen, (std::vector<int64_t>{8, 9}));
+  a.uncompressed_tail = true;
+  a.n_win = 0;
+  q = torch::tensor({10}, torch::kInt64);  // entries 0,1 visible; tokens 8..10 not yet pooled
+  vis = raw_visibility(a, q, r);
+  seen.clear();
+  for (int64_t p = 0; p < 12; ++p)
+    if (vis[0][p].item<bool>()) seen.push_back(p);
+  EXPECT_EQ(seen, (std::vector<int64_t>{8, 9, 10}));
+}
+
+// End to end: with n_win = 0 a query at t = jS+S-2 cannot depend on the tokens of block j,
+// while at t = jS+S-1 entry j has become visible and it does.
+TEST(Visibility, ModelRespectsTheBoundary) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 4;
+  a.n_win = 0;
+  auto m = make_model(tiny_config(a), 11);
+  torch::NoGradGuard g;
+  auto tokens = random_tokens(16, 32, 2);
+  const int64_t j = 2, S = 4;
+  auto changed = tokens.clone();
+  changed[0][j * S] = (changed[0][j * S].item<int64_t>() + 1) % 32;
+  auto base = m->forward(tokens), out = m->forward(changed);
+  EXPECT_LT(max_abs_diff(base[0][j * S + S - 2], out[0][j * S + S - 2]), 1e-6);
+  EXPECT_GT(max_abs_diff(base[0][j * S + S - 1], out[0][j * S + S - 1]), 1e-5);
+}
+
+// Entry j pools exactly tokens [jS+S-W, jS+S): with mean gates, no entry norm and no entry RoPE
+// the key entry is the plain average of the raw key payloads over that window.
+TEST(Compressor, EntryPoolsExactlyItsWindow) {
+  for (int W : {4, 8}) {
+    AttentionConfig a;
+    a.kind = AttentionKind::kChunked;
+    a.stride = 4;
+    a.width = W;
+    a.gate = GateKind::kMean;
+    a.entry_norm = false;
+    a.entry_rope = EntryRope::kNone;
+    auto cfg = tiny_config(a);
+    auto m = make_model(cfg, 4);
+    auto& attn = m->blocks[0]->attn;
+    torch::NoGradGuard g;
+    auto x = torch::randn({1, 20, cfg.d_model});
+    auto k_lin = attn->wk(x), v_lin = attn->wv(x);
+    auto tokens = attn->comp->project(x, k_lin, v_lin);
+    auto [K, V] = attn->comp->pool(tokens, 0, 0, 5);
+    for (int64_t j : {0, 1, 4}) {
+      int64_t lo = std::max<int64_t>(0, j * 4 + 4 - W), hi = j * 4 + 4;
+      auto expect = k_lin[0].narrow(0, lo, hi - lo).mean(0).view({2, 8});
+      if (W == 4)
+        EXPECT_LT(max_abs_diff(K[0].select(1, j), expect), 1e-6) << "W=" << W << " j=" << j;
+      // With two lanes the earlier block enters through its own projection: only check the
+      // current block's share by perturbing tokens just outside and inside the window.
+    }
+    for (int64_t j : {0, 2}) {
+      int64_t lo = std::max<int64_t>(0, j * 4 + 4 - W), hi = j * 4 + 4;
+      for (int64_t p = 0; p < 20; ++p) {
+        auto x2 = x.clone();
+        x2[0][p] += 1.0;
+        auto t2 = attn->comp->project(x2, attn->wk(x2), attn->wv(x2));
+        auto K2 = attn->comp->pool(t2, 0, 0, 5).first;
+        bool changed = max_abs_diff(K2[0].select(1, j), K[0].select(1, j)) > 1e-6;
+        EXPECT_EQ(changed, p >= lo && p < hi) << "W=" << W << " j=" << j << " p=" << p;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace phasekv

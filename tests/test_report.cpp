@@ -1,0 +1,207 @@
+// Report renderers: exact CSV, well-formed SVG/HTML with the right number of marks, no external
+// references, and the sweep writer's files.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "report/report.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+std::vector<PhaseOutcome> simulate(const std::vector<double>& profile, int examples,
+                                   uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<PhaseOutcome> out;
+  for (int e = 0; e < examples; ++e) {
+    for (int r = 0; r < static_cast<int>(profile.size()); ++r) {
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      out.push_back({e, r, u < profile[r]});
+    }
+  }
+  return out;
+}
+
+// M = 8, S = 4, weak spot at phases 3 and 7.
+const PhaseSummary& period4_summary() {
+  static const PhaseSummary s = summarize(
+      simulate({0.95, 0.95, 0.95, 0.6, 0.95, 0.95, 0.95, 0.6}, 200, 1), 8, 4, {200, 200, 1});
+  return s;
+}
+
+const PhaseSummary& flat_summary() {
+  static const PhaseSummary s =
+      summarize(simulate(std::vector<double>(8, 0.8), 200, 2), 8, 0, {200, 200, 1});
+  return s;
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+// Minimal well-formedness check: start and end tags nest properly; `<x .../>` and the HTML void
+// elements close themselves; <!DOCTYPE> and comments are skipped. Returns "" or the problem.
+std::string tag_structure_error(const std::string& doc) {
+  static const std::set<std::string> kVoid = {"meta", "br", "hr", "img", "link", "input"};
+  std::vector<std::string> open;
+  for (size_t lt = doc.find('<'); lt != std::string::npos; lt = doc.find('<', lt + 1)) {
+    const size_t gt = doc.find('>', lt);
+    if (gt == std::string::npos) return "unterminated tag at " + std::to_string(lt);
+    const std::string tag = doc.substr(lt + 1, gt - lt - 1);
+    if (tag.empty()) return "empty tag at " + std::to_string(lt);
+    if (tag[0] == '!' || tag[0] == '?') continue;
+    if (tag[0] == '/') {
+      const std::string name = tag.substr(1);
+      if (open.empty() || open.back() != name) return "unexpected </" + name + ">";
+      open.pop_back();
+      continue;
+    }
+    const std::string name = tag.substr(0, tag.find_first_of(" \n/"));
+    if (tag.back() != '/' && !kVoid.count(name)) open.push_back(name);
+  }
+  return open.empty() ? "" : "unclosed <" + open.back() + ">";
+}
+
+TEST(Report, CsvExact) {
+  // Phase 0: 2 of 2 correct; phase 1: 1 of 2. Wilson by hand: 2/2 -> [0.342380, 1],
+  // 1/2 -> [0.094531, 0.905469].
+  const std::vector<PhaseOutcome> outcomes = {
+      {0, 0, true}, {0, 1, false}, {1, 0, true}, {1, 1, true}};
+  const PhaseSummary s = summarize(outcomes, 2, 0, {10, 10, 1});
+  EXPECT_EQ(phase_csv(s),
+            "r,n,acc,ci_lo,ci_hi\n"
+            "0,2,1.000000,0.342380,1.000000\n"
+            "1,2,0.500000,0.094531,0.905469\n");
+}
+
+TEST(Report, SvgIsWellFormedWithOneErrorBarPerPhase) {
+  const std::string svg = phase_svg({{"model <A> & co", period4_summary()}}, "title \"x\" <y>");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_EQ(tag_structure_error(svg), "");
+  EXPECT_EQ(count(svg, "class=\"errbar\""), 8u);
+  EXPECT_EQ(count(svg, "class=\"point\""), 8u);
+  EXPECT_EQ(count(svg, "class=\"mean\""), 1u);
+  EXPECT_EQ(count(svg, "class=\"stride\""), 1u);    // the boundary between phases 3 and 4
+  EXPECT_EQ(count(svg, "class=\"boundary\""), 2u);  // shaded phases 3 and 7
+  EXPECT_EQ(count(svg, "class=\"legend\""), 0u);    // one series: no legend
+  EXPECT_NE(svg.find("title &quot;x&quot; &lt;y&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("model &lt;A&gt; &amp; co"), std::string::npos);
+  EXPECT_EQ(svg.find("<A>"), std::string::npos);
+  EXPECT_EQ(count(svg, "http"), 1u);  // only the xmlns namespace
+}
+
+TEST(Report, SvgSeveralSeriesShareLegendAndStride) {
+  // The flat series does not know its stride; the known one (4) is drawn.
+  const std::string svg = phase_svg({{"flat", flat_summary()}, {"weak", period4_summary()}}, "t");
+  EXPECT_EQ(tag_structure_error(svg), "");
+  EXPECT_EQ(count(svg, "class=\"errbar\""), 16u);
+  EXPECT_EQ(count(svg, "class=\"mean\""), 2u);
+  EXPECT_EQ(count(svg, "class=\"legend\""), 1u);
+  EXPECT_EQ(count(svg, "class=\"stride\""), 1u);
+  // Series that disagree on the stride: no window boundaries are claimed.
+  PhaseSummary stride2 = flat_summary();
+  stride2.stride = 2;
+  const std::string mixed = phase_svg({{"s2", stride2}, {"s4", period4_summary()}}, "t");
+  EXPECT_EQ(count(mixed, "class=\"stride\""), 0u);
+  EXPECT_EQ(count(mixed, "class=\"boundary\""), 0u);
+  EXPECT_THROW(phase_svg({}, "empty"), Error);
+}
+
+TEST(Report, SvgMapsAccuracyToTheAxis) {
+  // Every phase correct: points sit on the top edge of the plot, error bars reach it.
+  std::vector<PhaseOutcome> outcomes;
+  for (int e = 0; e < 5; ++e) outcomes.push_back({e, 0, true}), outcomes.push_back({e, 1, true});
+  const std::string svg = phase_svg({{"all", summarize(outcomes, 2, 0, {10, 10, 1})}}, "t");
+  EXPECT_EQ(count(svg, "cy=\"56.0\""), 2u);
+}
+
+TEST(Report, HtmlIsSelfContained) {
+  const nlohmann::json meta = {{"model", "tiny <w8s8>"}, {"seed", 3}};
+  const std::string html = report_html("run-1", period4_summary(), meta);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(tag_structure_error(html), "");
+  std::string stripped = html;
+  const std::string xmlns = "http://www.w3.org/2000/svg";
+  for (size_t pos; (pos = stripped.find(xmlns)) != std::string::npos;)
+    stripped.erase(pos, xmlns.size());
+  EXPECT_EQ(stripped.find("http://"), std::string::npos);
+  EXPECT_EQ(stripped.find("https://"), std::string::npos);
+  for (const char* ref : {"src=", "href=", "@import", "url(", "<script"}) {
+    EXPECT_EQ(html.find(ref), std::string::npos) << ref;
+  }
+  EXPECT_EQ(count(html, "<svg"), 1u);
+  EXPECT_EQ(count(html, "class=\"errbar\""), 8u);
+  EXPECT_NE(html.find("tiny &lt;w8s8&gt;"), std::string::npos);
+  EXPECT_NE(html.find("Detected period 4"), std::string::npos);
+  // Per-phase table: one row per phase plus the header, and the period table marks its choice.
+  EXPECT_EQ(count(html, "<tr class=\"worst\">"), 1u);
+  EXPECT_EQ(count(html, "<tr class=\"boundary\">"), 1u);  // the other boundary row is the worst
+  EXPECT_EQ(count(html, "<tr class=\"detected\">"), 1u);
+}
+
+TEST(Report, TerminalTable) {
+  const PhaseSummary& s = period4_summary();
+  const std::string text = terminal_table(s, "run-1");
+  EXPECT_EQ(text.rfind("run-1: M = 8, S = 4, 200 examples, 1600 outcomes\n", 0), 0u);
+  // Header line, column line, 8 phases, mean, gap, interior, periodicity.
+  EXPECT_EQ(count(text, "\n"), 14u);
+  EXPECT_NE(text.find("gap " + format_gap(s)), std::string::npos);
+  EXPECT_NE(text.find("period 4 (p = "), std::string::npos);
+  const size_t line3 = text.find("\n  3  ");
+  ASSERT_NE(line3, std::string::npos);
+  EXPECT_NE(text.substr(line3, text.find('\n', line3 + 1) - line3).find("boundary"),
+            std::string::npos);
+}
+
+TEST(Report, CompareTable) {
+  const std::string text = compare_table({{"flat", flat_summary()}, {"weak", period4_summary()}});
+  EXPECT_EQ(count(text, "\n"), 3u);
+  EXPECT_EQ(text.rfind("label", 0), 0u);
+  EXPECT_NE(text.find("\nflat "), std::string::npos);
+  EXPECT_NE(text.find("\nweak "), std::string::npos);
+  EXPECT_NE(text.find(format_period(period4_summary())), std::string::npos);
+}
+
+TEST(Report, Formatting) {
+  EXPECT_EQ(format_p(0.0421), "0.042");
+  EXPECT_EQ(format_p(1.0 / 1001.0), "0.001");
+  EXPECT_EQ(format_p(3.1e-12), "3.1e-12");
+  EXPECT_EQ(format_p(0.0), "<1e-300");
+  EXPECT_EQ(xml_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+  EXPECT_NE(format_period(flat_summary()).find("n.s."), std::string::npos);
+  PhaseSummary s = flat_summary();
+  s.gap_pp = 12.34;
+  s.gap_ci_pp = {10.0, 15.06};
+  EXPECT_EQ(format_gap(s), "12.3 pp [10.0, 15.1]");
+}
+
+TEST(Report, WriteSweepOutputs) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("phasekv_report_test_" + std::to_string(::getpid()));
+  const nlohmann::json meta = {{"model", "tiny"}};
+  write_sweep_outputs(dir.string(), "run-1", period4_summary(), meta);
+  const nlohmann::json j = nlohmann::json::parse(read_file((dir / "summary.json").string()));
+  EXPECT_EQ(j["label"], "run-1");
+  EXPECT_EQ(j["meta"], meta);
+  EXPECT_EQ(j["modulus"], 8);
+  EXPECT_EQ(PhaseSummary::from_json(j).to_json()["gap_pp"], j["gap_pp"]);
+  EXPECT_EQ(read_file((dir / "phase.csv").string()), phase_csv(period4_summary()));
+  EXPECT_EQ(read_file((dir / "phase.svg").string()).rfind("<svg", 0), 0u);
+  EXPECT_NE(read_file((dir / "report.html").string()).find("run-1"), std::string::npos);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 4);  // no temp files
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace phasekv
