@@ -1,0 +1,41 @@
+// The one interface evaluation talks to. A sweep, a probe or an audit never knows whether the
+// model runs in this process (LocalBackend) or behind an OpenAI-compatible server (HttpBackend).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace phasekv {
+
+struct ScoreRequest {
+  std::vector<int32_t> context;  // token ids; the model predicts the token after the last one
+  int32_t target = -1;           // the token whose log-probability is wanted
+};
+
+struct ScoreResult {
+  double target_logprob = 0.0;  // log p(target | context), natural log
+  bool censored = false;        // the server only returns its top-N and the target was not in it
+  int32_t argmax = -1;          // the greedy next token (full-vocabulary top-1)
+  double argmax_logprob = 0.0;
+  std::string error;            // non-empty: the request failed for good (after retries)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string model_id() const = 0;
+  virtual std::vector<int32_t> tokenize(const std::string& text) = 0;
+  virtual std::string detokenize(const std::vector<int32_t>& ids) = 0;
+  // Next-token scoring of many contexts; results in request order. Failures are reported per
+  // request in ScoreResult::error, never by throwing, so a long sweep goes on.
+  virtual std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) = 0;
+  // Greedy generation of up to max_tokens tokens after context.
+  virtual std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) = 0;
+  virtual int64_t max_context() const = 0;
+  // What a report should say about this backend (dialect, prefix-cache policy, endpoint).
+  virtual nlohmann::json describe() const = 0;
+};
+
+}  // namespace phasekv
