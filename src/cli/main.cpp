@@ -11,6 +11,10 @@ int main(int argc, char** argv) {
   phasekv::cli::register_init(app);
   phasekv::cli::register_info(app);
   phasekv::cli::register_logits(app);
+  phasekv::cli::register_sweep(app);
+  phasekv::cli::register_compare(app);
+  phasekv::cli::register_train(app);
+  phasekv::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,168 @@
+#include "train/train_config.h"
+
+#include <toml++/toml.h>
+
+#include <filesystem>
+#include <set>
+
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+using nlohmann::json;
+
+json toml_to_json(const toml::node& n) {
+  if (auto* t = n.as_table()) {
+    json j = json::object();
+    for (auto&& [k, v] : *t) j[std::string(k.str())] = toml_to_json(v);
+    return j;
+  }
+  if (auto* a = n.as_array()) {
+    json j = json::array();
+    for (auto&& v : *a) j.push_back(toml_to_json(v));
+    return j;
+  }
+  if (auto v = n.value_exact<int64_t>()) return *v;
+  if (auto v = n.value_exact<double>()) return *v;
+  if (auto v = n.value_exact<bool>()) return *v;
+  if (auto v = n.value_exact<std::string>()) return *v;
+  throw Error("unsupported TOML value type (dates are not used by phasekv)");
+}
+
+template <typename T>
+void read(const json& obj, const char* key, T& out, const std::string& where) {
+  if (!obj.contains(key)) return;
+  const json& v = obj.at(key);
+  bool ok;
+  if constexpr (std::is_same_v<T, bool>)
+    ok = v.is_boolean();
+  else if constexpr (std::is_integral_v<T>)
+    ok = v.is_number_integer();
+  else if constexpr (std::is_floating_point_v<T>)
+    ok = v.is_number();
+  else
+    ok = v.is_string();
+  if (!ok) throw Error(where + ": key '" + key + "' has the wrong type (got " + v.dump() + ")");
+  out = v.get<T>();
+}
+
+TrainOptions options_from_json(const json& j, const std::string& where) {
+  static const std::set<std::string> keys = {
+      "steps",         "batch",           "lr",
+      "min_lr_ratio",  "warmup",          "weight_decay",
+      "beta1",         "beta2",           "clip",
+      "seed",          "threads",         "offset_randomization",
+      "precision",     "log_every",       "eval_every",
+      "eval_examples", "checkpoint_every"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!keys.count(it.key())) {
+      std::string allowed;
+      for (const auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
+      throw Error(where + ": unknown key '" + it.key() + "' (allowed: " + allowed + ")");
+    }
+  TrainOptions t;
+  read(j, "steps", t.steps, where);
+  read(j, "batch", t.batch, where);
+  read(j, "lr", t.lr, where);
+  read(j, "min_lr_ratio", t.min_lr_ratio, where);
+  read(j, "warmup", t.warmup, where);
+  read(j, "weight_decay", t.weight_decay, where);
+  read(j, "beta1", t.beta1, where);
+  read(j, "beta2", t.beta2, where);
+  read(j, "clip", t.clip, where);
+  read(j, "seed", t.seed, where);
+  read(j, "threads", t.threads, where);
+  read(j, "offset_randomization", t.offset_randomization, where);
+  read(j, "precision", t.precision, where);
+  read(j, "log_every", t.log_every, where);
+  read(j, "eval_every", t.eval_every, where);
+  read(j, "eval_examples", t.eval_examples, where);
+  read(j, "checkpoint_every", t.checkpoint_every, where);
+  auto positive = [&](int v, const char* k) {
+    if (v < 1) throw Error(where + ": key '" + std::string(k) + "' must be >= 1");
+  };
+  positive(t.steps, "steps");
+  positive(t.batch, "batch");
+  positive(t.log_every, "log_every");
+  positive(t.eval_every, "eval_every");
+  positive(t.eval_examples, "eval_examples");
+  positive(t.checkpoint_every, "checkpoint_every");
+  if (t.lr <= 0) throw Error(where + ": key 'lr' must be > 0");
+  if (t.warmup < 0) throw Error(where + ": key 'warmup' must be >= 0");
+  if (t.offset_randomization < 0) throw Error(where + ": key 'offset_randomization' must be >= 0");
+  if (t.precision != "f32" && t.precision != "bf16")
+    throw Error(where + ": key 'precision' has value '" + t.precision + "' (allowed: f32|bf16)");
+  return t;
+}
+
+}  // namespace
+
+nlohmann::json train_options_to_json(const TrainOptions& t) {
+  return {{"steps", t.steps},
+          {"batch", t.batch},
+          {"lr", t.lr},
+          {"min_lr_ratio", t.min_lr_ratio},
+          {"warmup", t.warmup},
+          {"weight_decay", t.weight_decay},
+          {"beta1", t.beta1},
+          {"beta2", t.beta2},
+          {"clip", t.clip},
+          {"seed", t.seed},
+          {"threads", t.threads},
+          {"offset_randomization", t.offset_randomization},
+          {"precision", t.precision},
+          {"log_every", t.log_every},
+          {"eval_every", t.eval_every},
+          {"eval_examples", t.eval_examples},
+          {"checkpoint_every", t.checkpoint_every}};
+}
+
+TrainConfig train_config_from_json(const json& j, const std::string& where,
+                                   const std::string& base_dir) {
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "model" && it.key() != "task" && it.key() != "train")
+      throw Error(where + ": unknown section [" + it.key() + "] (allowed: model, task, train)");
+  for (const char* s : {"model", "task", "train"})
+    if (!j.contains(s)) throw Error(where + ": missing section [" + std::string(s) + "]");
+  TrainConfig c;
+  const json& m = j.at("model");
+  // [model] either points at a model config JSON (config = "path", relative to the TOML file)
+  // or holds the model keys inline.
+  if (m.contains("config")) {
+    if (m.size() != 1 || !m.at("config").is_string())
+      throw Error(where +
+                  ": [model] takes either config = \"file.json\" or inline model keys, not both");
+    std::filesystem::path p(m.at("config").get<std::string>());
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    c.model = model_config_from_file(p.string());
+  } else {
+    c.model = model_config_from_json(m, where + ": [model]");
+  }
+  c.task = task_config_from_json(j.at("task"), where + ": [task]");
+  c.train = options_from_json(j.at("train"), where + ": [train]");
+  const int vocab = task_vocab(c.task).vocab_size();
+  if (c.model.vocab_size != vocab)
+    throw Error(where + ": [model] vocab_size is " + std::to_string(c.model.vocab_size) +
+                " but the task's vocabulary has " + std::to_string(vocab) +
+                " tokens (5 specials + n_keys + n_values + n_filler)");
+  c.source = {{"model", model_config_to_json(c.model)},
+              {"task", task_config_to_json(c.task)},
+              {"train", train_options_to_json(c.train)}};
+  return c;
+}
+
+TrainConfig train_config_from_file(const std::string& path) {
+  toml::table tbl;
+  try {
+    tbl = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    const auto& src = e.source();
+    throw Error(path + ":" + std::to_string(src.begin.line) + ":" +
+                std::to_string(src.begin.column) + ": " + std::string(e.description()));
+  }
+  auto dir = std::filesystem::path(path).parent_path().string();
+  return train_config_from_json(toml_to_json(tbl), path, dir.empty() ? "." : dir);
+}
+
+}  // namespace phasekv

@@ -1,0 +1,46 @@
+// Training configuration, read from TOML: [model] (a JSON config file or inline keys), [task]
+// (a TaskConfig) and [train] (optimiser, schedule, run length). Strict: unknown keys are errors.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "config/model_config.h"
+#include "train/tasks.h"
+
+namespace phasekv {
+
+struct TrainOptions {
+  int steps = 1000;
+  int batch = 64;
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  int warmup = 100;
+  double weight_decay = 0.0;
+  double beta1 = 0.9, beta2 = 0.95;
+  double clip = 1.0;  // global gradient-norm clipping; 0 = off
+  uint64_t seed = 0;
+  int threads = 0;  // 0 = all cores
+  // Random prefix padding in [0, M) during training, so data does not always land on the same
+  // phases (the study's recommended mitigation); 0 = off.
+  int offset_randomization = 0;
+  std::string precision = "f32";  // f32 | bf16 (bf16 matmuls, f32 master weights)
+  int log_every = 50;
+  int eval_every = 500;
+  int eval_examples = 256;
+  int checkpoint_every = 500;
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  TaskConfig task;
+  TrainOptions train;
+  nlohmann::json source;  // the whole config as JSON, stored beside the model for provenance
+};
+
+TrainConfig train_config_from_file(const std::string& path);
+TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where,
+                                   const std::string& base_dir);
+nlohmann::json train_options_to_json(const TrainOptions& t);
+
+}  // namespace phasekv

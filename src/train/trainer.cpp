@@ -1,0 +1,257 @@
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "io/model_dir.h"
+#include "io/safetensors.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace fs = std::filesystem;
+
+namespace {
+
+// A batch of training sequences, right-padded with <pad> (harmless for a causal model: padding
+// only follows the tokens it could affect), and the answer positions the loss is taken at.
+struct Batch {
+  torch::Tensor tokens;            // [B, T] int64
+  torch::Tensor row, col, target;  // [N] int64: hidden[row, col] predicts target
+};
+
+Batch make_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M) {
+  std::vector<TaskExample> exs;
+  size_t T = 0;
+  for (int b = 0; b < B; ++b) {
+    exs.push_back(sample_training_example(task, rng, M));
+    T = std::max(T, exs.back().tokens.size());
+  }
+  auto tokens = torch::full({B, static_cast<int64_t>(T)}, TaskVocab::kPad, torch::kInt64);
+  auto acc = tokens.accessor<int64_t, 2>();
+  std::vector<int64_t> row, col, target;
+  for (int b = 0; b < B; ++b) {
+    const auto& ex = exs[static_cast<size_t>(b)];
+    for (size_t t = 0; t < ex.tokens.size(); ++t) acc[b][static_cast<int64_t>(t)] = ex.tokens[t];
+    for (int p : answer_positions(ex)) {
+      row.push_back(b);
+      col.push_back(p);
+      target.push_back(ex.tokens[static_cast<size_t>(p) + 1]);
+    }
+  }
+  return {tokens, torch::tensor(row), torch::tensor(col), torch::tensor(target)};
+}
+
+double lr_at(const TrainOptions& t, int step) {
+  if (step < t.warmup) return t.lr * (step + 1) / t.warmup;
+  double progress = t.steps > t.warmup ? double(step - t.warmup) / (t.steps - t.warmup) : 1.0;
+  double cosine = 0.5 * (1.0 + std::cos(M_PI * std::min(progress, 1.0)));
+  return t.lr * (t.min_lr_ratio + (1.0 - t.min_lr_ratio) * cosine);
+}
+
+std::unique_ptr<torch::optim::AdamW> make_optimizer(Decoder& model, const TrainOptions& t) {
+  // Decay matrices only: norm scales, gate biases and sinks are not regularised towards 0.
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto opts =
+      torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(t.weight_decay);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, std::make_unique<torch::optim::AdamWOptions>(opts));
+  auto nd = opts;
+  nd.weight_decay(0.0);
+  groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(nd));
+  return std::make_unique<torch::optim::AdamW>(groups, opts);
+}
+
+std::string rng_state(const std::mt19937_64& rng) {
+  std::ostringstream ss;
+  ss << rng;
+  return ss.str();
+}
+
+// Checkpoint = weights + optimiser state + data RNG + step, written into a fresh directory that
+// replaces the previous one by rename, so a kill at any moment leaves one complete checkpoint.
+void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
+                     const std::mt19937_64& rng, int step) {
+  const fs::path dir = fs::path(out_dir) / "checkpoint", tmp = fs::path(out_dir) / "checkpoint.tmp",
+                 old = fs::path(out_dir) / "checkpoint.old";
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  NamedTensors tensors;
+  for (const auto& p : model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
+  save_safetensors((tmp / "model.safetensors").string(), tensors);
+  torch::save(opt, (tmp / "optimizer.pt").string());
+  nlohmann::json state = {{"step", step}, {"rng", rng_state(rng)}};
+  write_file_atomic((tmp / "state.json").string(), state.dump());
+  fs::remove_all(old);
+  if (fs::exists(dir)) fs::rename(dir, old);
+  fs::rename(tmp, dir);
+  fs::remove_all(old);
+}
+
+int load_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
+                    std::mt19937_64& rng) {
+  fs::path dir = fs::path(out_dir) / "checkpoint";
+  if (!fs::exists(dir / "state.json") &&
+      fs::exists(fs::path(out_dir) / "checkpoint.old" / "state.json"))
+    dir = fs::path(out_dir) / "checkpoint.old";  // killed between the two renames
+  if (!fs::exists(dir / "state.json"))
+    throw Error("--resume: no checkpoint in " + out_dir + " (expected " +
+                (dir / "state.json").string() + ")");
+  auto file = load_safetensors((dir / "model.safetensors").string());
+  {
+    torch::NoGradGuard g;
+    for (auto& p : model->named_parameters())
+      p.value().copy_(
+          take_tensor(file, (dir / "model.safetensors").string(), p.key(), p.value().sizes()));
+  }
+  torch::load(opt, (dir / "optimizer.pt").string());
+  auto state = nlohmann::json::parse(read_file((dir / "state.json").string()));
+  std::istringstream ss(state.at("rng").get<std::string>());
+  ss >> rng;
+  return state.at("step").get<int>();
+}
+
+// Drops log lines past the checkpoint, so a resumed run's log reads like an uninterrupted one.
+void trim_log(const std::string& path, int step) {
+  if (!fs::exists(path)) return;
+  std::ifstream in(path);
+  std::string line, kept;
+  while (std::getline(in, line)) {
+    try {
+      if (nlohmann::json::parse(line).at("step").get<int>() <= step) kept += line + "\n";
+    } catch (const std::exception&) {  // a line cut by the kill
+    }
+  }
+  write_file_atomic(path, kept);
+}
+
+std::string duration(double s) {
+  int m = static_cast<int>(s / 60);
+  return m > 0 ? fmt::format("{}m{:02d}s", m, static_cast<int>(s) % 60) : fmt::format("{:.0f}s", s);
+}
+
+}  // namespace
+
+double eval_accuracy(Decoder& model, const TaskConfig& task, int n, uint64_t seed, int modulus) {
+  torch::NoGradGuard g;
+  const int M = std::max(modulus, 1);
+  int correct = 0;
+  const int chunk = 128;
+  for (int start = 0; start < n; start += chunk) {
+    std::vector<TaskExample> exs;
+    for (int i = start; i < std::min(n, start + chunk); ++i) {
+      auto lg = make_logical_example(task, seed, static_cast<uint64_t>(i));
+      exs.push_back(materialize(lg, M, i % M, PaddingMode::kPrefix, /*with_answer=*/false));
+    }
+    // Same modulus and context length: every sequence has the same length.
+    const int64_t T = static_cast<int64_t>(exs[0].tokens.size());
+    auto tokens = torch::empty({static_cast<int64_t>(exs.size()), T}, torch::kInt64);
+    for (size_t b = 0; b < exs.size(); ++b)
+      for (int64_t t = 0; t < T; ++t)
+        tokens[static_cast<int64_t>(b)][t] = exs[b].tokens[static_cast<size_t>(t)];
+    auto h = model->hidden(tokens).select(1, T - 1);
+    auto pred = model->logits_from_hidden(h).argmax(-1);
+    for (size_t b = 0; b < exs.size(); ++b)
+      correct += pred[static_cast<int64_t>(b)].item<int64_t>() == exs[b].target().answer;
+  }
+  return double(correct) / n;
+}
+
+TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resume, int stop_after) {
+  const auto& t = cfg.train;
+  at::set_num_threads(t.threads > 0 ? t.threads
+                                    : static_cast<int>(std::thread::hardware_concurrency()));
+  fs::create_directories(out_dir);
+  torch::manual_seed(t.seed);
+  Decoder model(cfg.model);
+  model->init_weights(t.seed);
+  model->train();
+  auto opt = make_optimizer(model, t);
+  std::mt19937_64 rng(t.seed * 0x9E3779B97F4A7C15ull + 1);
+  const std::string log_path = out_dir + "/train_log.jsonl";
+  int step = 0;
+  if (resume) {
+    step = load_checkpoint(out_dir, *&model, *opt, rng);
+    trim_log(log_path, step);
+    std::cerr << "resumed from step " << step << "\n";
+  } else {
+    write_file_atomic(log_path, "");
+  }
+  std::ofstream log(log_path, std::ios::app);
+  write_file_atomic(out_dir + "/train.json", cfg.source.dump(2) + "\n");
+
+  const uint64_t eval_seed = t.seed + 1000003;  // disjoint from the training stream
+  TrainResult result;
+  double loss_sum = 0, acc_sum = 0, tokens_done = 0;
+  int window = 0;
+  auto t_start = std::chrono::steady_clock::now(), t_window = t_start;
+  for (; step < t.steps; ++step) {
+    auto batch = make_batch(cfg.task, rng, t.batch, t.offset_randomization);
+    for (auto& group : opt->param_groups())
+      static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(t, step));
+    opt->zero_grad();
+    auto h = model->hidden(batch.tokens).index({batch.row, batch.col});
+    auto logits = model->logits_from_hidden(h).to(torch::kFloat32);
+    auto loss = torch::nn::functional::cross_entropy(logits, batch.target);
+    loss.backward();
+    if (t.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), t.clip);
+    opt->step();
+    double l = loss.item<double>();
+    if (!std::isfinite(l))
+      throw Error(fmt::format("training diverged at step {}: loss {}", step, l));
+    loss_sum += l;
+    acc_sum += (logits.argmax(-1) == batch.target).to(torch::kFloat64).mean().item<double>();
+    tokens_done += static_cast<double>(batch.tokens.numel());
+    ++window;
+    const int done = step + 1;
+    const bool last = done == t.steps;
+    if (done % t.log_every == 0 || last) {
+      auto now = std::chrono::steady_clock::now();
+      double secs = std::chrono::duration<double>(now - t_window).count();
+      double tps = tokens_done / std::max(secs, 1e-9);
+      double eta = (t.steps - done) * secs / window;
+      nlohmann::json rec = {{"step", done},
+                            {"loss", loss_sum / window},
+                            {"train_acc", acc_sum / window},
+                            {"lr", lr_at(t, step)},
+                            {"tokens_per_s", tps}};
+      std::string eval_str;
+      if (done % t.eval_every == 0 || last) {
+        model->eval();
+        result.eval_acc = eval_accuracy(model, cfg.task, t.eval_examples, eval_seed,
+                                        std::max(t.offset_randomization, 1));
+        model->train();
+        rec["eval_acc"] = result.eval_acc;
+        eval_str = fmt::format(" | eval acc {:.3f}", result.eval_acc);
+      }
+      log << rec.dump() << "\n" << std::flush;
+      std::cerr << fmt::format(
+          "step {:>6}/{}  loss {:.4f}  acc {:.3f}{}  |  {:.0f} tok/s  ETA {}\n", done, t.steps,
+          loss_sum / window, acc_sum / window, eval_str, tps, duration(eta));
+      result.final_loss = loss_sum / window;
+      result.tokens_per_s = tps;
+      loss_sum = acc_sum = tokens_done = 0;
+      window = 0;
+      t_window = std::chrono::steady_clock::now();
+    }
+    if (done % t.checkpoint_every == 0 || last) save_checkpoint(out_dir, model, *opt, rng, done);
+    if (stop_after > 0 && done == stop_after) {
+      result.steps_done = done;
+      return result;
+    }
+  }
+  result.steps_done = step;
+  model->eval();
+  save_model_dir(out_dir, model, torch::kFloat32, {{"seed", std::to_string(t.seed)}});
+  write_file_atomic(out_dir + "/task.json", task_config_to_json(cfg.task).dump(2) + "\n");
+  return result;
+}
+
+}  // namespace phasekv

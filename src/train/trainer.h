@@ -1,0 +1,31 @@
+// The training loop: AdamW with warmup + cosine, gradient clipping, answer-only loss on synthetic
+// retrieval tasks, periodic eval, atomic checkpoints and exact resume.
+#pragma once
+#include <string>
+
+#include "model/decoder.h"
+#include "train/train_config.h"
+
+namespace phasekv {
+
+struct TrainResult {
+  int steps_done = 0;
+  double final_loss = 0.0;
+  double eval_acc = 0.0;
+  double tokens_per_s = 0.0;
+};
+
+// Trains into out_dir: the final model directory (config.json, model.safetensors, task.json,
+// tokenizer.json, train.json), train_log.jsonl (one line per log step, streamed) and
+// checkpoint/ (weights, optimiser state, data RNG state, step). With resume, continues from
+// out_dir/checkpoint and reaches the same state as an uninterrupted run.
+// stop_after > 0 ends the run after that many steps without writing the final model, as a kill
+// would (tests use it to check resume).
+TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resume,
+                  int stop_after = 0);
+
+// Accuracy of the model on the target query of n fresh examples (seeded, disjoint from training
+// data by seed), each at a uniform phase mod M (M = offset_randomization or 1).
+double eval_accuracy(Decoder& model, const TaskConfig& task, int n, uint64_t seed, int modulus);
+
+}  // namespace phasekv
