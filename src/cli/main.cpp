@@ -14,7 +14,6 @@ int main(int argc, char** argv) {
   phasekv::cli::register_sweep(app);
   phasekv::cli::register_compare(app);
   phasekv::cli::register_train(app);
-  phasekv::cli::register_serve(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "io/model_dir.h"
+#include "io/tokenizer.h"
 #include "io/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -250,7 +251,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   result.steps_done = step;
   model->eval();
   save_model_dir(out_dir, model, torch::kFloat32, {{"seed", std::to_string(t.seed)}});
-  write_file_atomic(out_dir + "/task.json", task_config_to_json(cfg.task).dump(2) + "\n");
+  save_task_files(out_dir, cfg.task);  // task.json + tokenizer.json: sweeps and serving need both
   return result;
 }
 

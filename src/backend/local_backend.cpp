@@ -1,0 +1,191 @@
+#include "backend/local_backend.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "io/model_dir.h"
+#include "runtime/session.h"
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+// "models/tiny/" and "models/tiny" both name the model "tiny".
+std::string dir_name(const std::string& dir) {
+  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if (name.empty() || name == ".")
+    name = std::filesystem::absolute(p).lexically_normal().filename().string();
+  return name.empty() ? "model" : name;
+}
+
+std::string dtype_name(const Decoder& model) {
+  for (const auto& p : model->parameters())
+    return p.scalar_type() == torch::kBFloat16 ? "bf16" : "f32";
+  return "f32";
+}
+
+}  // namespace
+
+int chunked_stride(const ModelConfig& cfg) {
+  std::set<int> strides;
+  for (const auto& a : cfg.layers)
+    if (a.kind == AttentionKind::kChunked) strides.insert(a.stride);
+  return strides.size() == 1 ? *strides.begin() : 0;
+}
+
+LocalBackend::LocalBackend(Decoder model, std::optional<WordTokenizer> tokenizer, std::string name,
+                           int threads, int batch_size)
+    : model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      name_(std::move(name)),
+      threads_(threads > 0 ? threads
+                           : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))),
+      batch_size_(batch_size) {
+  if (batch_size_ < 1)
+    throw Error("batch size is " + std::to_string(batch_size) + " (allowed: >= 1)");
+  if (tokenizer_ && tokenizer_->size() > model_->cfg.vocab_size)
+    throw Error("model " + name_ + ": tokenizer.json has " + std::to_string(tokenizer_->size()) +
+                " tokens but the model's vocab_size is " + std::to_string(model_->cfg.vocab_size));
+  // Debian's libtorch defaults to one thread; the setting is process-wide.
+  at::set_num_threads(threads_);
+  model_->eval();
+}
+
+LocalBackend LocalBackend::from_dir(const std::string& dir, int threads, int batch_size) {
+  Decoder model = load_model_dir(dir);
+  return LocalBackend(model, load_tokenizer_if_present(dir), dir_name(dir), threads, batch_size);
+}
+
+std::string LocalBackend::model_id() const {
+  return name_ + "@" + config_hash(model_->cfg);
+}
+
+std::vector<int32_t> LocalBackend::tokenize(const std::string& text) {
+  if (!tokenizer_)
+    throw Error("model " + name_ +
+                " has no tokenizer.json, so it cannot tokenize text; give "
+                "token ids instead");
+  return tokenizer_->encode(text);
+}
+
+std::string LocalBackend::detokenize(const std::vector<int32_t>& ids) {
+  if (!tokenizer_)
+    throw Error("model " + name_ + " has no tokenizer.json, so it cannot detokenize ids");
+  return tokenizer_->decode(ids);
+}
+
+int64_t LocalBackend::max_context() const {
+  return model_->cfg.max_context;
+}
+
+std::string LocalBackend::request_error(const ScoreRequest& r) const {
+  const int64_t vocab = model_->cfg.vocab_size;
+  if (r.context.empty()) return "empty context (the model needs at least one token)";
+  if (static_cast<int64_t>(r.context.size()) > max_context())
+    return "context of " + std::to_string(r.context.size()) +
+           " tokens exceeds the model's max_context " + std::to_string(max_context());
+  for (int32_t id : r.context)
+    if (id < 0 || id >= vocab)
+      return "context token id " + std::to_string(id) + " outside the vocabulary [0, " +
+             std::to_string(vocab) + ")";
+  if (r.target < 0 || r.target >= vocab)
+    return "target token id " + std::to_string(r.target) + " outside the vocabulary [0, " +
+           std::to_string(vocab) + ")";
+  return "";
+}
+
+void LocalBackend::score_group(const std::vector<ScoreRequest>& requests,
+                               const std::vector<size_t>& group, std::vector<ScoreResult>& out) {
+  const int64_t B = static_cast<int64_t>(group.size());
+  const int64_t T = static_cast<int64_t>(requests[group.front()].context.size());
+  auto tokens = torch::empty({B, T}, torch::kInt64);
+  auto acc = tokens.accessor<int64_t, 2>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t) acc[b][t] = requests[group[b]].context[t];
+  torch::NoGradGuard no_grad;
+  // Only the last position is scored: the LM head on [B, V] instead of [B, T, V].
+  auto last = model_->hidden(tokens).select(1, T - 1);
+  // float64 so that a target far down the distribution keeps its exact log-probability.
+  auto logp =
+      torch::log_softmax(model_->logits_from_hidden(last).to(torch::kFloat64), -1).contiguous();
+  auto argmax = logp.argmax(-1).contiguous();
+  auto lp = logp.accessor<double, 2>();
+  auto am = argmax.accessor<int64_t, 1>();
+  for (int64_t b = 0; b < B; ++b) {
+    ScoreResult& r = out[group[b]];
+    r.argmax = static_cast<int32_t>(am[b]);
+    r.argmax_logprob = lp[b][am[b]];
+    r.target_logprob = lp[b][requests[group[b]].target];
+  }
+}
+
+std::vector<ScoreResult> LocalBackend::score(const std::vector<ScoreRequest>& requests) {
+  std::vector<ScoreResult> out(requests.size());
+  std::map<size_t, std::vector<size_t>> by_length;  // length -> request indices, in order
+  for (size_t i = 0; i < requests.size(); ++i) {
+    out[i].error = request_error(requests[i]);
+    if (out[i].error.empty()) by_length[requests[i].context.size()].push_back(i);
+  }
+  for (const auto& [length, indices] : by_length) {
+    for (size_t start = 0; start < indices.size(); start += static_cast<size_t>(batch_size_)) {
+      const size_t end = std::min(indices.size(), start + static_cast<size_t>(batch_size_));
+      const std::vector<size_t> group(indices.begin() + static_cast<long>(start),
+                                      indices.begin() + static_cast<long>(end));
+      // The interface promises per-request errors, never a throw that ends a sweep.
+      try {
+        score_group(requests, group, out);
+      } catch (const std::exception& e) {
+        for (size_t i : group) out[i].error = std::string("forward failed: ") + e.what();
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> LocalBackend::generate(const std::vector<int32_t>& context, int max_tokens) {
+  const std::string why = request_error({context, 0});
+  if (!why.empty()) throw Error("generate: " + why);
+  if (max_tokens <= 0) return {};
+  Session session(model_);
+  std::vector<int64_t> prompt(context.begin(), context.end());
+  auto logits = session.feed(prompt);
+  auto next = logits[logits.size(0) - 1];
+  std::vector<int32_t> out;
+  for (int i = 0; i < max_tokens; ++i) {
+    const auto token = static_cast<int32_t>(next.argmax().item<int64_t>());
+    out.push_back(token);
+    if (session.position() >= max_context()) break;  // the next step would exceed it
+    if (i + 1 < max_tokens) next = session.decode(token);
+  }
+  return out;
+}
+
+nlohmann::json LocalBackend::describe() const {
+  const ModelConfig& c = model_->cfg;
+  std::set<int> strides;
+  nlohmann::json layers = nlohmann::json::array();
+  for (const auto& a : c.layers) {
+    layers.push_back(phasekv::describe(a));
+    if (a.kind == AttentionKind::kChunked) strides.insert(a.stride);
+  }
+  const int stride = chunked_stride(c);
+  return {{"backend", "local"},
+          {"model_id", model_id()},
+          {"config_hash", config_hash(c)},
+          {"stride", stride > 0 ? nlohmann::json(stride) : nlohmann::json(nullptr)},
+          {"strides", strides},
+          {"layers", layers},
+          {"vocab_size", c.vocab_size},
+          {"max_context", c.max_context},
+          {"dtype", dtype_name(model_)},
+          {"threads", threads_},
+          {"batch_size", batch_size_},
+          {"tokenizer", tokenizer_ ? "word" : "none"}};
+}
+
+}  // namespace phasekv

@@ -1,0 +1,62 @@
+// The in-process backend: a Decoder (from a model directory) behind the Backend interface, so a
+// sweep runs the same code against a local model and a served one.
+//
+// Scoring never pads: with chunked compression a token's phase is its absolute position, so left
+// padding would move every phase, and right padding would rely on every layer being exactly
+// causal (compressed entries pooling pad tokens is a known bug class, which a phase measurement
+// must not depend on). Requests are instead grouped by length (all requests of one sweep modulus
+// have the same length) and each group runs as batched forwards.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "io/tokenizer.h"
+#include "model/decoder.h"
+
+namespace phasekv {
+
+class LocalBackend : public Backend {
+ public:
+  // name: what model_id() starts with (the model directory's name). threads <= 0: all cores
+  // (sets libtorch's global thread count). batch_size: most sequences in one forward.
+  LocalBackend(Decoder model, std::optional<WordTokenizer> tokenizer, std::string name,
+               int threads = 0, int batch_size = 16);
+  // Loads DIR (config.json, model.safetensors, tokenizer.json when present).
+  static LocalBackend from_dir(const std::string& dir, int threads = 0, int batch_size = 16);
+
+  std::string model_id() const override;  // "<name>@<config hash>"
+  // Need tokenizer.json; throw phasekv::Error naming the unknown word or the missing file.
+  std::vector<int32_t> tokenize(const std::string& text) override;
+  std::string detokenize(const std::vector<int32_t>& ids) override;
+  std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) override;
+  // Greedy, through the streaming Session (prefill, then one decode step per token); stops early
+  // at max_context. Throws phasekv::Error on an empty context or an id outside the vocabulary.
+  std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) override;
+  int64_t max_context() const override;
+  // backend, model_id, config_hash, stride (or null), strides, layers, vocab_size, max_context,
+  // dtype, threads, batch_size.
+  nlohmann::json describe() const override;
+
+  Decoder& model() { return model_; }
+
+ private:
+  // Why a request cannot be scored ("" when it can): checked before any forward so one bad
+  // request fails alone instead of taking its batch down.
+  std::string request_error(const ScoreRequest& r) const;
+  // One forward over requests of equal length (indices into `requests`), filling `out`.
+  void score_group(const std::vector<ScoreRequest>& requests, const std::vector<size_t>& group,
+                   std::vector<ScoreResult>& out);
+
+  Decoder model_;
+  std::optional<WordTokenizer> tokenizer_;
+  std::string name_;
+  int threads_ = 0;
+  int batch_size_ = 16;
+};
+
+// The stride of the model's chunked layers when they all share one (what the interior/boundary
+// split of a sweep needs); 0 when there are no chunked layers or several strides.
+int chunked_stride(const ModelConfig& cfg);
+
+}  // namespace phasekv

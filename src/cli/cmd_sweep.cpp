@@ -1,0 +1,161 @@
+// Evaluation commands: sweep (every phase of the compression grid, with a resumable
+// results.jsonl) and compare (several sweeps side by side).
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "backend/local_backend.h"
+#include "cli/commands.h"
+#include "eval/sweep.h"
+#include "io/model_dir.h"
+#include "io/tokenizer.h"
+#include "report/report.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv::cli {
+namespace {
+
+PaddingMode parse_padding(const std::string& s) {
+  if (s == "prefix") return PaddingMode::kPrefix;
+  if (s == "in-sequence" || s == "in_sequence") return PaddingMode::kInSequence;
+  throw Error("--padding: '" + s + "' is not a padding mode (allowed: prefix, in-sequence)");
+}
+
+// The task comes from the model's task.json, so the sweep asks the model about the vocabulary and
+// sizes it was trained on. --task passkey on a kv model keeps those settings with one needle.
+TaskConfig select_task(const std::string& model_dir, const std::string& flag) {
+  if (flag != "kv" && flag != "passkey")
+    throw Error("--task: '" + flag + "' is not a task (allowed: kv, passkey)");
+  TaskConfig task = load_task_config(model_dir);
+  if (flag == to_string(task.kind)) return task;
+  if (flag == "passkey") {
+    task.kind = TaskKind::kPasskey;
+    task.n_records = 1;
+    task.n_queries = 1;
+    validate(task, model_dir + "/task.json with --task passkey");
+    return task;
+  }
+  throw Error("--task kv: the model in " + model_dir +
+              " was trained on passkey (task.json), which has no key-value records to ask "
+              "about (allowed for this model: --task passkey)");
+}
+
+struct SweepArgs {
+  std::string model, task, padding, out;
+  int examples = 0, modulus = 0, stride = 0, threads = 0, batch = 16;
+  int bootstrap = 2000, permutations = 1000;
+  uint64_t seed = 0;
+};
+
+void run_sweep_command(const SweepArgs& a) {
+  const PaddingMode padding = parse_padding(a.padding);
+  if (a.batch < 1) throw Error("--batch is " + std::to_string(a.batch) + " (allowed: >= 1)");
+  if (a.bootstrap < 0 || a.permutations < 0)
+    throw Error("--bootstrap and --permutations must be >= 0");
+  set_threads(a.threads);
+  LocalBackend backend = LocalBackend::from_dir(a.model, a.threads, a.batch);
+  SweepOptions o;
+  o.task = select_task(a.model, a.task);
+  o.examples = a.examples;
+  o.modulus = a.modulus;
+  o.padding = padding;
+  o.seed = a.seed;
+  o.stride = a.stride;
+  o.out_dir = a.out;
+  o.batch = a.batch;
+  o.stats.bootstrap_reps = a.bootstrap;
+  o.stats.permutations = a.permutations;
+  const int stride = chunked_stride(backend.model()->cfg);
+  o.model_meta = {{"model_dir", a.model},
+                  {"config_hash", config_hash(backend.model()->cfg)},
+                  {"stride", stride > 0 ? nlohmann::json(stride) : nlohmann::json(nullptr)},
+                  {"task_flag", a.task}};
+  o.out = &std::cout;
+  o.progress = &std::cerr;
+  run_sweep(backend, o);
+}
+
+// A sweep directory, or a summary.json file itself.
+PhaseSummary load_summary(const std::string& arg, nlohmann::json& file) {
+  namespace fs = std::filesystem;
+  const std::string path = fs::is_directory(arg) ? (fs::path(arg) / "summary.json").string() : arg;
+  if (!fs::exists(path))
+    throw Error(arg + " has no summary.json (give a directory written by `phasekv sweep --out`)");
+  try {
+    file = nlohmann::json::parse(read_file(path));
+    return PhaseSummary::from_json(file);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+// Labels are the arguments as given (the user chose those names), made unique.
+std::string unique_label(std::string label, const PhaseSeries& series) {
+  while (label.size() > 1 && label.back() == '/') label.pop_back();
+  const std::string base = label;
+  for (int n = 2;; ++n) {
+    bool taken = false;
+    for (const auto& [l, s] : series) taken = taken || l == label;
+    if (!taken) return label;
+    label = fmt::format("{} ({})", base, n);
+  }
+}
+
+void run_compare_command(const std::vector<std::string>& dirs, const std::string& out) {
+  PhaseSeries series;
+  nlohmann::json meta = nlohmann::json::object();
+  for (const auto& dir : dirs) {
+    nlohmann::json file;
+    PhaseSummary s = load_summary(dir, file);
+    const std::string label = unique_label(dir, series);
+    meta[label] = file.contains("label") && file["label"].is_string()
+                      ? file["label"].get<std::string>()
+                      : std::string("(no label)");
+    series.emplace_back(label, std::move(s));
+  }
+  std::cout << compare_table(series);
+  const std::filesystem::path base(out);
+  write_file_atomic((base / "compare.svg").string(), phase_svg(series, "accuracy by phase"));
+  write_file_atomic((base / "compare.html").string(), report_html(series, "phasekv compare", meta));
+  std::cout << "wrote " << (base / "compare.svg").string() << " and "
+            << (base / "compare.html").string() << "\n";
+}
+
+}  // namespace
+
+void register_sweep(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "sweep", "evaluate retrieval with the target at every phase r in [0, M) (resumable)");
+  auto a = std::make_shared<SweepArgs>();
+  cmd->add_option("--model", a->model, "model directory (config.json, weights, task.json)")
+      ->required();
+  cmd->add_option("--task", a->task, "kv|passkey (the task.json kind, or passkey)")->required();
+  cmd->add_option("--examples", a->examples, "logical examples, each at every phase")->required();
+  cmd->add_option("--modulus", a->modulus, "M: phases r = key position mod M (e.g. 8 for S = 4)")
+      ->required();
+  cmd->add_option("--padding", a->padding, "prefix|in-sequence")->required();
+  cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
+      ->required();
+  cmd->add_option("--seed", a->seed, "names the logical examples");
+  cmd->add_option("--stride", a->stride, "stride S for the statistics (0 = the model's)");
+  cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)");
+  cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
+  cmd->add_option("--bootstrap", a->bootstrap, "cluster bootstrap replicates");
+  cmd->add_option("--permutations", a->permutations, "permutations of the period test");
+  cmd->callback([a] { run_sweep_command(*a); });
+}
+
+void register_compare(CLI::App& app) {
+  auto* cmd = app.add_subcommand("compare", "compare the phase profiles of several sweeps");
+  auto dirs = std::make_shared<std::vector<std::string>>();
+  auto out = std::make_shared<std::string>(".");
+  cmd->add_option("dirs", *dirs, "sweep directories (each with summary.json)")->required();
+  cmd->add_option("--out", *out, "where compare.svg and compare.html go (default: .)");
+  cmd->callback([dirs, out] { run_compare_command(*dirs, *out); });
+}
+
+}  // namespace phasekv::cli

@@ -1,0 +1,128 @@
+#include "io/tokenizer.h"
+
+#include <cctype>
+#include <filesystem>
+#include <sstream>
+
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+bool has_space(const std::string& word) {
+  for (unsigned char ch : word)
+    if (std::isspace(ch)) return true;
+  return false;
+}
+
+nlohmann::json parse_json_file(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+WordTokenizer::WordTokenizer(std::vector<std::string> tokens, const std::string& where)
+    : tokens_(std::move(tokens)) {
+  if (tokens_.empty()) throw Error(where + ": the token list is empty");
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    const std::string& w = tokens_[i];
+    if (w.empty() || has_space(w))
+      throw Error(where + ": token " + std::to_string(i) + " '" + w +
+                  "' is empty or contains whitespace (a word-level token must be one word)");
+    if (!ids_.emplace(w, static_cast<int32_t>(i)).second)
+      throw Error(where + ": token '" + w + "' appears twice (ids " + std::to_string(ids_.at(w)) +
+                  " and " + std::to_string(i) + "); every word must map to one id");
+  }
+}
+
+WordTokenizer WordTokenizer::from_vocab(const TaskVocab& vocab) {
+  return WordTokenizer(vocab.token_names(), "task vocabulary");
+}
+
+std::vector<int32_t> WordTokenizer::encode(const std::string& text) const {
+  std::vector<int32_t> out;
+  std::istringstream in(text);
+  std::string word;
+  while (in >> word) {
+    auto it = ids_.find(word);
+    if (it == ids_.end())
+      throw Error("unknown word '" + word + "': not in the tokenizer's " +
+                  std::to_string(tokens_.size()) + "-word vocabulary (e.g. '" + tokens_.front() +
+                  "', '" + tokens_.back() + "')");
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+std::string WordTokenizer::decode(const std::vector<int32_t>& ids) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= size())
+      throw Error("token id " + std::to_string(id) + " is outside the tokenizer's vocabulary [0, " +
+                  std::to_string(size()) + ")");
+    if (!out.empty()) out += ' ';
+    out += tokens_[static_cast<size_t>(id)];
+  }
+  return out;
+}
+
+nlohmann::json WordTokenizer::to_json() const {
+  return {{"type", "word"}, {"tokens", tokens_}};
+}
+
+WordTokenizer WordTokenizer::from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) throw Error(where + ": expected a JSON object {\"type\", \"tokens\"}");
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (it.key() != "type" && it.key() != "tokens")
+      throw Error(where + ": unknown key '" + it.key() + "' (allowed: type, tokens)");
+  if (!j.contains("type") || j["type"] != "word")
+    throw Error(where + ": key 'type' must be \"word\" (the only tokenizer type phasekv reads)");
+  if (!j.contains("tokens") || !j["tokens"].is_array())
+    throw Error(where + ": key 'tokens' must be an array of strings (index = token id)");
+  std::vector<std::string> tokens;
+  for (const auto& t : j["tokens"]) {
+    if (!t.is_string())
+      throw Error(where + ": key 'tokens' entry " + std::to_string(tokens.size()) +
+                  " is not a string");
+    tokens.push_back(t.get<std::string>());
+  }
+  return WordTokenizer(std::move(tokens), where);
+}
+
+WordTokenizer WordTokenizer::load(const std::string& path) {
+  return from_json(parse_json_file(path), path);
+}
+
+void WordTokenizer::save(const std::string& path) const {
+  write_file_atomic(path, to_json().dump(1) + "\n");
+}
+
+void save_task_files(const std::string& dir, const TaskConfig& task) {
+  validate(task, "task config");
+  std::filesystem::create_directories(dir);
+  write_file_atomic(dir + "/task.json", task_config_to_json(task).dump(2) + "\n");
+  WordTokenizer::from_vocab(task_vocab(task)).save(dir + "/tokenizer.json");
+}
+
+TaskConfig load_task_config(const std::string& dir) {
+  const std::string path = dir + "/task.json";
+  if (!std::filesystem::exists(path))
+    throw Error("model directory " + dir +
+                " has no task.json (the task config a trained model carries; models made by "
+                "`phasekv init` have none)");
+  return task_config_from_json(parse_json_file(path), path);
+}
+
+std::optional<WordTokenizer> load_tokenizer_if_present(const std::string& dir) {
+  const std::string path = dir + "/tokenizer.json";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return WordTokenizer::load(path);
+}
+
+}  // namespace phasekv
