@@ -422,11 +422,19 @@ TaskVocab task_vocab(const TaskConfig& c) {
   return v;
 }
 
+// Names are built by append, not `"k" + std::to_string(..)`: GCC 12 reports a false -Wrestrict
+// on the latter (GCC bug 105329).
+static std::string prefixed(char prefix, int32_t index) {
+  std::string s(1, prefix);
+  s += std::to_string(index);
+  return s;
+}
+
 std::string TaskVocab::token_name(int32_t id) const {
   if (id >= 0 && id < kFirstKey) return kSpecialNames[id];
-  if (is_key(id)) return "k" + std::to_string(id - key(0));
-  if (is_value(id)) return "v" + std::to_string(id - value(0));
-  if (is_filler(id)) return "f" + std::to_string(id - filler(0));
+  if (is_key(id)) return prefixed('k', id - key(0));
+  if (is_value(id)) return prefixed('v', id - value(0));
+  if (is_filler(id)) return prefixed('f', id - filler(0));
   throw Error("token id " + std::to_string(id) + " is outside the task vocabulary [0, " +
               std::to_string(vocab_size()) + ")");
 }
