@@ -82,9 +82,13 @@ TEST(Visibility, EntryBecomesVisibleAtTheTokenThatCompletesIt) {
     for (int64_t j : {0, 1, 5}) {
       auto q = torch::tensor({j * S + S - 2, j * S + S - 1}, torch::kInt64);
       auto vis = entry_visibility(a, q, 0, j + 1);
-      if (j * S + S - 2 >= 0) EXPECT_FALSE(vis[0][j].item<bool>()) << "S=" << S << " j=" << j;
+      if (j * S + S - 2 >= 0) {
+        EXPECT_FALSE(vis[0][j].item<bool>()) << "S=" << S << " j=" << j;
+      }
       EXPECT_TRUE(vis[1][j].item<bool>()) << "S=" << S << " j=" << j;
-      if (j > 0) EXPECT_TRUE(vis[1][j - 1].item<bool>());
+      if (j > 0) {
+        EXPECT_TRUE(vis[1][j - 1].item<bool>());
+      }
     }
   }
 }
@@ -153,8 +157,9 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
     for (int64_t j : {0, 1, 4}) {
       int64_t lo = std::max<int64_t>(0, j * 4 + 4 - W), hi = j * 4 + 4;
       auto expect = k_lin[0].narrow(0, lo, hi - lo).mean(0).view({2, 8});
-      if (W == 4)
+      if (W == 4) {
         EXPECT_LT(max_abs_diff(K[0].select(1, j), expect), 1e-6) << "W=" << W << " j=" << j;
+      }
       // With two lanes the earlier block enters through its own projection: only check the
       // current block's share by perturbing tokens just outside and inside the window.
     }
