@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/attend_fast.h"
 #include "model/visibility.h"
 
 namespace phasekv {
@@ -115,7 +116,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
     std::tie(ek, ev) = comp->pool(tokens, 0, 0, T / cfg.stride);
   }
   torch::Tensor rk = uses_raw() ? p.k : torch::Tensor(), rv = uses_raw() ? p.v : torch::Tensor();
-  return output(attend_reference(cfg, p.q, pos, ek, ev, rk, rv, pos, sink));
+  // The training forward: attend() takes the banded fast path unless the reference is selected.
+  return output(attend(cfg, p.q, pos, ek, ev, rk, rv, pos, sink));
 }
 
 torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& c) {
