@@ -10,6 +10,8 @@ void register_logits(CLI::App& app);
 void register_sweep(CLI::App& app);
 void register_compare(CLI::App& app);
 void register_train(CLI::App& app);
+void register_serve(CLI::App& app);
+void register_audit(CLI::App& app);
 
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
 void set_threads(int n);

@@ -1,0 +1,293 @@
+#include "backend/http_client.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+using json = nlohmann::json;
+
+// A salt no other request shares: vLLM then hashes every block of this request apart from
+// every other, so no KV block is ever reused across the phases of a sweep.
+std::string fresh_salt() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return "phasekv-" + std::to_string(rng()) + "-" + std::to_string(counter++);
+}
+
+std::string read_api_key(const std::string& var) {
+  if (var.empty()) return "";
+  const char* value = std::getenv(var.c_str());
+  if (value == nullptr || *value == '\0')
+    throw Error("--api-key-env " + var + ": the environment variable is not set or empty");
+  return value;
+}
+
+}  // namespace
+
+ScoreMode score_mode_from_string(const std::string& s) {
+  if (s == "logprob") return ScoreMode::kLogprob;
+  if (s == "generate") return ScoreMode::kGenerate;
+  throw Error("--mode: '" + s + "' is not a scoring mode (allowed: logprob, generate)");
+}
+
+std::string to_string(ScoreMode m) {
+  return m == ScoreMode::kLogprob ? "logprob" : "generate";
+}
+
+HttpBackend::HttpBackend(HttpBackendOptions options, std::unique_ptr<Transport> transport)
+    : options_(std::move(options)), transport_(std::move(transport)) {}
+
+std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
+  if (o.model.empty()) throw Error("--model: no model name given (see GET /v1/models)");
+  if (o.top_n < 1 || o.top_n > 1000)
+    throw Error("--top-n is " + std::to_string(o.top_n) + " (allowed: 1..1000)");
+  TransportOptions t;
+  t.url = parse_endpoint(o.endpoint);
+  t.slots = o.concurrency;
+  t.timeout_s = o.timeout_s;
+  t.retry.retries = o.retries;
+  t.retry.max_total_retries = o.max_total_retries;
+  t.retry.base_delay_s = o.retry_base_delay_s;
+  t.api_key = read_api_key(o.api_key_env);
+  std::unique_ptr<HttpBackend> b(new HttpBackend(o, std::make_unique<Transport>(std::move(t))));
+  try {
+    if (o.dialect == "auto") {
+      b->detect(0);
+    } else {
+      b->dialect_ = dialect_from_string(o.dialect);
+      b->dialect_source_ = "--dialect";
+    }
+    b->load_model_card(0);
+  } catch (const RequestFailed& e) {
+    throw Error(std::string("endpoint ") + o.endpoint + ": " + e.what());
+  } catch (const ProtocolError& e) {
+    throw Error(std::string("endpoint ") + o.endpoint + ": " + e.what());
+  }
+  return b;
+}
+
+// /v1/models names the engine in owned_by (vLLM, SGLang, llama.cpp and phasekv all do); older
+// servers are recognised by a route only one of them has.
+void HttpBackend::detect(int slot) {
+  try {
+    for (const auto& card : parse_models(transport_->get(slot, "/v1/models"))) {
+      if (auto d = dialect_from_owner(card.owned_by)) {
+        dialect_ = *d;
+        dialect_source_ = "detected: /v1/models owned_by '" + card.owned_by + "'";
+        return;
+      }
+    }
+  } catch (const RequestFailed& e) {
+    if (e.status == 0) throw;  // unreachable: probing other routes will not help
+  } catch (const ProtocolError&) {
+  }
+  auto probe = [&](const char* route, const char* key) {
+    try {
+      const json j = transport_->get(slot, route);
+      return j.is_object() && j.contains(key);
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  if (probe("/props", "default_generation_settings")) {
+    dialect_ = Dialect::kLlamacpp;
+    dialect_source_ = "detected: GET /props (llama.cpp)";
+  } else if (probe("/get_model_info", "model_path")) {
+    dialect_ = Dialect::kSglang;
+    dialect_source_ = "detected: GET /get_model_info (SGLang)";
+  } else {
+    throw Error("endpoint " + transport_->url().url("") +
+                ": cannot tell the server's dialect (no owned_by in /v1/models, no /props, no "
+                "/get_model_info); pass --dialect vllm|sglang|llamacpp");
+  }
+}
+
+void HttpBackend::load_model_card(int slot) {
+  std::vector<ModelCard> cards;
+  try {
+    cards = parse_models(transport_->get(slot, "/v1/models"));
+  } catch (const std::exception&) {
+    // llama.cpp before mid-2024 has no /v1/models; it serves one model whatever the name.
+    if (dialect_ != Dialect::kLlamacpp) throw;
+  }
+  std::string served;
+  for (const auto& c : cards) {
+    served += (served.empty() ? "" : ", ") + c.id;
+    if (c.id != options_.model) continue;
+    card_ = c.raw;
+    server_context_ = c.max_model_len;
+  }
+  // llama.cpp answers for its one model under any name.
+  if (card_.empty() && !cards.empty() && dialect_ != Dialect::kLlamacpp)
+    throw Error("endpoint " + transport_->url().url("/v1/models") + " does not serve model '" +
+                options_.model + "' (served: " + served + ")");
+  if (dialect_ == Dialect::kLlamacpp && !server_context_) {
+    try {
+      server_context_ = llamacpp_context(transport_->get(slot, "/props"));
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+int64_t HttpBackend::max_context() const {
+  if (options_.max_context > 0) return options_.max_context;
+  return server_context_.value_or(std::numeric_limits<int64_t>::max());
+}
+
+CallParams HttpBackend::call_params() const {
+  CallParams p;
+  p.model = options_.model;
+  p.top_n = options_.top_n;
+  p.disable_cache = options_.defeat_prefix_cache;
+  if (options_.defeat_prefix_cache && dialect_ == Dialect::kVllm) p.cache_salt = fresh_salt();
+  return p;
+}
+
+std::string HttpBackend::request_error(const std::vector<int32_t>& context) const {
+  if (context.empty()) return "empty context (the model needs at least one token)";
+  if (static_cast<int64_t>(context.size()) > max_context())
+    return "context of " + std::to_string(context.size()) + " tokens exceeds the server's " +
+           "context size " + std::to_string(max_context());
+  return "";
+}
+
+ScoreResult HttpBackend::score_one(int slot, const ScoreRequest& r) {
+  ScoreResult out;
+  out.error = request_error(r.context);
+  if (!out.error.empty()) return out;
+  try {
+    if (options_.mode == ScoreMode::kLogprob) {
+      const HttpCall call = score_call(dialect_, call_params(), r);
+      return parse_score(dialect_, transport_->post(slot, call.route, call.body), r);
+    }
+    const HttpCall call = generate_call(dialect_, call_params(), r.context, 1);
+    const Generated g = parse_generate(dialect_, transport_->post(slot, call.route, call.body));
+    if (g.tokens.empty()) throw ProtocolError("the server generated no token");
+    out.argmax = g.tokens.front();
+    out.argmax_logprob = g.first_logprob.value_or(std::numeric_limits<double>::quiet_NaN());
+    out.target_logprob = std::numeric_limits<double>::quiet_NaN();
+  } catch (const RequestFailed& e) {
+    out.error = e.what();
+  } catch (const ProtocolError& e) {
+    out.error = transport_->url().origin() + ": unexpected response: " + e.what();
+  } catch (const std::exception& e) {
+    out.error = transport_->url().origin() + ": " + e.what();
+  }
+  return out;
+}
+
+std::vector<ScoreResult> HttpBackend::score(const std::vector<ScoreRequest>& requests) {
+  std::vector<ScoreResult> out(requests.size());
+  parallel_for(options_.concurrency, requests.size(),
+               [&](int slot, size_t i) { out[i] = score_one(slot, requests[i]); });
+  return out;
+}
+
+std::vector<Generation> HttpBackend::generate_many(
+    const std::vector<std::vector<int32_t>>& contexts, int max_tokens) {
+  std::vector<Generation> out(contexts.size());
+  parallel_for(options_.concurrency, contexts.size(), [&](int slot, size_t i) {
+    Generation& g = out[i];
+    g.error = request_error(contexts[i]);
+    if (!g.error.empty()) return;
+    try {
+      const HttpCall call = generate_call(dialect_, call_params(), contexts[i], max_tokens);
+      Generated parsed = parse_generate(dialect_, transport_->post(slot, call.route, call.body));
+      g.tokens = std::move(parsed.tokens);
+      g.first_logprob = parsed.first_logprob;
+    } catch (const std::exception& e) {
+      g.error = e.what();
+    }
+  });
+  return out;
+}
+
+std::vector<int32_t> HttpBackend::generate(const std::vector<int32_t>& context, int max_tokens) {
+  if (max_tokens <= 0) return {};
+  Generation g = generate_many({context}, max_tokens).front();
+  if (!g.error.empty()) throw Error("generate: " + g.error);
+  return g.tokens;
+}
+
+std::vector<std::vector<int32_t>> HttpBackend::tokenize_many(const std::vector<std::string>& texts,
+                                                             bool add_special_tokens) {
+  std::vector<std::vector<int32_t>> out(texts.size());
+  std::vector<std::string> errors(texts.size());
+  parallel_for(options_.concurrency, texts.size(), [&](int slot, size_t i) {
+    try {
+      const HttpCall call = tokenize_call(dialect_, options_.model, texts[i], add_special_tokens);
+      out[i] = parse_tokenize(transport_->post(slot, call.route, call.body));
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+  });
+  for (size_t i = 0; i < texts.size(); ++i)
+    if (!errors[i].empty())
+      throw Error("tokenize '" + texts[i].substr(0, 60) + "' with " +
+                  transport_->url().url("/tokenize") + ": " + errors[i]);
+  return out;
+}
+
+std::vector<std::string> HttpBackend::detokenize_many(
+    const std::vector<std::vector<int32_t>>& ids) {
+  std::vector<std::string> out(ids.size());
+  std::vector<std::string> errors(ids.size());
+  parallel_for(options_.concurrency, ids.size(), [&](int slot, size_t i) {
+    try {
+      const HttpCall call = detokenize_call(dialect_, options_.model, ids[i]);
+      out[i] = parse_detokenize(transport_->post(slot, call.route, call.body));
+    } catch (const std::exception& e) {
+      errors[i] = e.what();
+    }
+  });
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (!errors[i].empty())
+      throw Error("detokenize with " + transport_->url().url("/detokenize") + ": " + errors[i]);
+  return out;
+}
+
+std::vector<int32_t> HttpBackend::tokenize(const std::string& text) {
+  return tokenize_many({text}, false).front();
+}
+
+std::string HttpBackend::detokenize(const std::vector<int32_t>& ids) {
+  return detokenize_many({ids}).front();
+}
+
+json HttpBackend::describe() const {
+  json d = {
+      {"backend", "http"},
+      {"endpoint", transport_->url().url("")},
+      {"model", options_.model},
+      {"dialect", to_string(dialect_)},
+      {"dialect_source", dialect_source_},
+      {"mode", to_string(options_.mode)},
+      {"top_n", options_.top_n},
+      {"prefix_cache", prefix_cache_policy(dialect_, options_.defeat_prefix_cache)},
+      {"concurrency", options_.concurrency},
+      {"timeout_s", options_.timeout_s},
+      {"retries", options_.retries},
+      {"max_total_retries", options_.max_total_retries},
+      {"api_key_env", options_.api_key_env.empty() ? json(nullptr) : json(options_.api_key_env)},
+      {"max_context",
+       max_context() == std::numeric_limits<int64_t>::max() ? json(nullptr) : json(max_context())}};
+  if (dialect_ == Dialect::kLlamacpp)
+    d["censoring"] = "targets outside the top " + std::to_string(options_.top_n) +
+                     " (n_probs) are censored: wrong, logprob unknown";
+  if (card_.contains("owned_by")) d["owned_by"] = card_["owned_by"];
+  if (card_.contains("phasekv") && card_["phasekv"].is_object()) {
+    const json& p = card_["phasekv"];
+    for (const char* key : {"config_hash", "vocab_size"})
+      if (p.contains(key)) d[key] = p[key];
+  }
+  return d;
+}
+
+}  // namespace phasekv

@@ -1,0 +1,102 @@
+// HttpBackend: the Backend interface over an OpenAI-compatible server (vLLM, SGLang, llama.cpp,
+// or `phasekv serve`), so a sweep or an audit runs unchanged against a model served on GPUs
+// elsewhere. Prompts travel as token ids from the server's own tokenizer; the dialect's request
+// shapes are in http_dialect.h, the retries and timeouts in http_transport.h.
+//
+// score() runs its requests `concurrency` at a time and never throws: a request that fails for
+// good (after retries) comes back with ScoreResult::error naming the endpoint, the route and
+// the last failure. In generate mode scoring is greedy generation of one token (its argmax);
+// the target's logprob is then unknown (NaN), which a sweep records as null.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/http_dialect.h"
+#include "backend/http_transport.h"
+
+namespace phasekv {
+
+enum class ScoreMode { kLogprob, kGenerate };
+ScoreMode score_mode_from_string(const std::string& s);  // "logprob" | "generate"
+std::string to_string(ScoreMode m);
+
+struct HttpBackendOptions {
+  std::string endpoint;          // http[s]://host[:port][/base][/v1]
+  std::string model;             // must be listed by GET /v1/models
+  std::string dialect = "auto";  // auto | vllm | sglang | llamacpp
+  int concurrency = 8;
+  double timeout_s = 60;
+  int retries = 5;
+  int64_t max_total_retries = 2000;
+  double retry_base_delay_s = 0.25;  // backoff: attempt k waits U(0, base * 2^k), at most 20 s
+  std::string api_key_env;           // name of the environment variable holding the key; "" = none
+  ScoreMode mode = ScoreMode::kLogprob;
+  int top_n = 20;  // vLLM logprobs / llama.cpp n_probs
+  bool defeat_prefix_cache = true;
+  int64_t max_context = 0;  // > 0 overrides what the server reports
+};
+
+// Per-request outcome of generate_many.
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::optional<double> first_logprob;
+  std::string error;
+};
+
+class HttpBackend : public Backend {
+ public:
+  // Connects: checks the endpoint and the API key variable, detects the dialect (unless given),
+  // checks that the model is served and reads its context size. Throws phasekv::Error with the
+  // endpoint in the message.
+  static std::unique_ptr<HttpBackend> open(const HttpBackendOptions& options);
+
+  std::string model_id() const override { return options_.model; }
+  // The server's tokenizer, without special tokens (phase positions count every token sent).
+  // Throw phasekv::Error when the request fails.
+  std::vector<int32_t> tokenize(const std::string& text) override;
+  std::string detokenize(const std::vector<int32_t>& ids) override;
+  std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) override;
+  std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) override;
+  int64_t max_context() const override;
+  // backend "http", endpoint (no credentials), model, dialect and how it was chosen, mode,
+  // top_n, prefix_cache policy, concurrency, timeout_s, retries, max_total_retries,
+  // api_key_env (the variable's name, never the key), max_context; for phasekv servers also
+  // config_hash and vocab_size. Never a stride: an audit must find it blind.
+  nlohmann::json describe() const override;
+
+  // Concurrent variants for many texts or contexts. The tokenize/detokenize ones throw on the
+  // first failure (a task cannot be built from partial tokenizations); generate_many reports
+  // errors per request.
+  std::vector<std::vector<int32_t>> tokenize_many(const std::vector<std::string>& texts,
+                                                  bool add_special_tokens);
+  std::vector<std::string> detokenize_many(const std::vector<std::vector<int32_t>>& ids);
+  std::vector<Generation> generate_many(const std::vector<std::vector<int32_t>>& contexts,
+                                        int max_tokens);
+
+  Dialect dialect() const { return dialect_; }
+  TransportStats stats() const { return transport_->stats(); }
+  // The model's GET /v1/models entry; phasekv servers add {"phasekv": {"task", ...}}.
+  const nlohmann::json& model_card() const { return card_; }
+
+ private:
+  HttpBackend(HttpBackendOptions options, std::unique_ptr<Transport> transport);
+  void detect(int slot);
+  void load_model_card(int slot);
+  CallParams call_params() const;
+  ScoreResult score_one(int slot, const ScoreRequest& r);
+  std::string request_error(const std::vector<int32_t>& context) const;
+
+  HttpBackendOptions options_;
+  std::unique_ptr<Transport> transport_;
+  Dialect dialect_ = Dialect::kVllm;
+  std::string dialect_source_;
+  nlohmann::json card_ = nlohmann::json::object();
+  std::optional<int64_t> server_context_;
+};
+
+}  // namespace phasekv

@@ -1,0 +1,406 @@
+#include "backend/http_dialect.h"
+
+#include <cmath>
+#include <limits>
+
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+using json = nlohmann::json;
+
+// A short excerpt of a response for error messages (servers can answer with whole HTML pages).
+std::string excerpt(const json& j) {
+  std::string s = j.dump();
+  if (s.size() > 300) s = s.substr(0, 300) + "...";
+  return s;
+}
+
+const json& at(const json& j, const char* key, const char* what) {
+  if (!j.is_object() || !j.contains(key))
+    throw ProtocolError(std::string(what) + ": response has no '" + key + "': " + excerpt(j));
+  return j.at(key);
+}
+
+const json& index(const json& arr, size_t i, const char* what) {
+  if (!arr.is_array() || arr.size() <= i)
+    throw ProtocolError(std::string(what) + ": expected an array with more than " +
+                        std::to_string(i) + " entries, got " + excerpt(arr));
+  return arr[i];
+}
+
+double number(const json& j, const char* what) {
+  if (!j.is_number()) throw ProtocolError(std::string(what) + " is not a number: " + excerpt(j));
+  return j.get<double>();
+}
+
+int32_t token_id(const json& j, const char* what) {
+  if (!j.is_number_integer())
+    throw ProtocolError(std::string(what) + " is not a token id: " + excerpt(j));
+  return j.get<int32_t>();
+}
+
+// vLLM renders tokens as "token_id:123" with return_tokens_as_token_ids.
+std::optional<int32_t> vllm_token_id(const std::string& s) {
+  static const std::string prefix = "token_id:";
+  if (s.rfind(prefix, 0) != 0 || s.size() == prefix.size()) return std::nullopt;
+  int64_t v = 0;
+  for (size_t i = prefix.size(); i < s.size(); ++i) {
+    if (s[i] < '0' || s[i] > '9' || v > std::numeric_limits<int32_t>::max() / 10)
+      return std::nullopt;
+    v = v * 10 + (s[i] - '0');
+  }
+  return static_cast<int32_t>(v);
+}
+
+int32_t vllm_id_or_throw(const std::string& s) {
+  auto id = vllm_token_id(s);
+  if (!id)
+    throw ProtocolError("vllm: token '" + s +
+                        "' is not of the form token_id:N (the server ignored "
+                        "return_tokens_as_token_ids; vLLM >= 0.5.1 is needed)");
+  return *id;
+}
+
+// The highest entry of a {token: logprob} map; ties go to the lowest id, like torch's argmax.
+std::pair<int32_t, double> vllm_top1(const json& top) {
+  if (!top.is_object() || top.empty())
+    throw ProtocolError("vllm: top_logprobs at the target position is empty: " + excerpt(top));
+  int32_t best = -1;
+  double best_lp = -std::numeric_limits<double>::infinity();
+  for (const auto& [key, value] : top.items()) {
+    const int32_t id = vllm_id_or_throw(key);
+    const double lp = number(value, "vllm: top_logprobs value");
+    if (best < 0 || lp > best_lp || (lp == best_lp && id < best)) {
+      best = id;
+      best_lp = lp;
+    }
+  }
+  return {best, best_lp};
+}
+
+void check_prompt_tokens(const json& response, size_t sent, const char* key, const char* what) {
+  const json* usage = &response;
+  if (response.contains("usage") && response["usage"].is_object())
+    usage = &response["usage"];
+  else if (response.contains("meta_info") && response["meta_info"].is_object())
+    usage = &response["meta_info"];
+  if (!usage->contains(key) || !(*usage)[key].is_number_integer()) return;
+  const auto seen = (*usage)[key].get<int64_t>();
+  if (seen != static_cast<int64_t>(sent))
+    throw ProtocolError(std::string(what) + ": the server saw " + std::to_string(seen) +
+                        " prompt tokens, " + std::to_string(sent) +
+                        " were sent (it added or merged tokens, so every position would be "
+                        "shifted)");
+}
+
+ScoreResult parse_vllm(const json& response, const ScoreRequest& r) {
+  check_prompt_tokens(response, r.context.size() + 1, "prompt_tokens", "vllm");
+  const json& lp =
+      at(index(at(response, "choices", "vllm"), 0, "vllm choices"), "logprobs", "vllm choice");
+  const size_t pos = r.context.size();  // the target's index in the echoed prompt
+  const json& tokens = at(lp, "tokens", "vllm logprobs");
+  const json& tok = index(tokens, pos, "vllm logprobs.tokens");
+  if (tok.is_string()) {
+    auto id = vllm_token_id(tok.get<std::string>());
+    if (id && *id != r.target)
+      throw ProtocolError("vllm: echoed token at the target position is " + std::to_string(*id) +
+                          ", sent " + std::to_string(r.target));
+  }
+  ScoreResult out;
+  out.target_logprob =
+      number(index(at(lp, "token_logprobs", "vllm logprobs"), pos, "vllm logprobs.token_logprobs"),
+             "vllm: target logprob");
+  std::tie(out.argmax, out.argmax_logprob) =
+      vllm_top1(index(at(lp, "top_logprobs", "vllm logprobs"), pos, "vllm top_logprobs"));
+  return out;
+}
+
+// SGLang logprob entries are [logprob, token_id, text-or-null].
+std::pair<double, int32_t> sglang_entry(const json& e) {
+  if (!e.is_array() || e.size() < 2)
+    throw ProtocolError("sglang: logprob entry is not [logprob, id, text]: " + excerpt(e));
+  const double lp =
+      e[0].is_null() ? -std::numeric_limits<double>::infinity() : number(e[0], "sglang logprob");
+  return {lp, token_id(e[1], "sglang token id")};
+}
+
+ScoreResult parse_sglang(const json& response, const ScoreRequest& r) {
+  check_prompt_tokens(response, r.context.size(), "prompt_tokens", "sglang");
+  const json& meta = at(response, "meta_info", "sglang");
+  ScoreResult out;
+  bool found = false;
+  for (const auto& e : index(at(meta, "output_token_ids_logprobs", "sglang meta_info"), 0,
+                             "sglang output_token_ids_logprobs")) {
+    const auto [lp, id] = sglang_entry(e);
+    if (id == r.target) {
+      out.target_logprob = lp;
+      found = true;
+    }
+  }
+  if (!found)
+    throw ProtocolError("sglang: output_token_ids_logprobs has no entry for target " +
+                        std::to_string(r.target));
+  const json& top = index(
+      index(at(meta, "output_top_logprobs", "sglang meta_info"), 0, "sglang output_top_logprobs"),
+      0, "sglang output_top_logprobs[0]");
+  std::tie(out.argmax_logprob, out.argmax) = sglang_entry(top);
+  return out;
+}
+
+ScoreResult parse_llamacpp(const json& response, const ScoreRequest& r) {
+  check_prompt_tokens(response, r.context.size(), "tokens_evaluated", "llamacpp");
+  const json& first = index(at(response, "completion_probabilities", "llamacpp"), 0,
+                            "llamacpp completion_probabilities");
+  if (first.is_object() && first.contains("probs") && !first.contains("top_logprobs"))
+    throw ProtocolError(
+        "llamacpp: completion_probabilities has the pre-December-2024 format (token strings, no "
+        "ids); upgrade llama.cpp (build b4300 or later)");
+  ScoreResult out;
+  out.censored = true;
+  out.target_logprob = std::numeric_limits<double>::quiet_NaN();
+  bool have_top = false;
+  for (const auto& e : at(first, "top_logprobs", "llamacpp completion_probabilities[0]")) {
+    const int32_t id = token_id(at(e, "id", "llamacpp top_logprobs entry"), "llamacpp id");
+    const double lp = number(at(e, "logprob", "llamacpp top_logprobs entry"), "llamacpp logprob");
+    if (!have_top || lp > out.argmax_logprob || (lp == out.argmax_logprob && id < out.argmax)) {
+      out.argmax = id;
+      out.argmax_logprob = lp;
+      have_top = true;
+    }
+    if (id == r.target) {
+      out.target_logprob = lp;
+      out.censored = false;
+    }
+  }
+  if (!have_top) throw ProtocolError("llamacpp: top_logprobs is empty (is n_probs > 0?)");
+  return out;
+}
+
+}  // namespace
+
+std::string to_string(Dialect d) {
+  switch (d) {
+    case Dialect::kVllm:
+      return "vllm";
+    case Dialect::kSglang:
+      return "sglang";
+    case Dialect::kLlamacpp:
+      return "llamacpp";
+  }
+  return "?";
+}
+
+Dialect dialect_from_string(const std::string& s) {
+  if (s == "vllm") return Dialect::kVllm;
+  if (s == "sglang") return Dialect::kSglang;
+  if (s == "llamacpp" || s == "llama.cpp") return Dialect::kLlamacpp;
+  throw Error("--dialect: '" + s + "' is not a dialect (allowed: auto, vllm, sglang, llamacpp)");
+}
+
+HttpCall score_call(Dialect d, const CallParams& p, const ScoreRequest& r) {
+  switch (d) {
+    case Dialect::kVllm: {
+      std::vector<int32_t> prompt = r.context;
+      prompt.push_back(r.target);
+      json body = {{"model", p.model},
+                   {"prompt", prompt},
+                   {"max_tokens", 1},
+                   {"temperature", 0.0},
+                   {"echo", true},
+                   {"logprobs", p.top_n},
+                   {"return_tokens_as_token_ids", true}};
+      if (!p.cache_salt.empty()) body["cache_salt"] = p.cache_salt;
+      return {"/v1/completions", body};
+    }
+    case Dialect::kSglang:
+      return {"/generate",
+              {{"input_ids", r.context},
+               {"sampling_params", {{"max_new_tokens", 1}, {"temperature", 0.0}}},
+               {"return_logprob", true},
+               {"logprob_start_len", -1},
+               {"top_logprobs_num", 1},
+               {"token_ids_logprob", {r.target}},
+               {"return_text_in_logprobs", false}}};
+    case Dialect::kLlamacpp:
+      return {"/completion",
+              {{"prompt", r.context},
+               {"n_predict", 1},
+               {"n_probs", p.top_n},
+               {"temperature", 0.0},
+               {"cache_prompt", !p.disable_cache},
+               {"stream", false}}};
+  }
+  throw Error("internal: unknown dialect");
+}
+
+ScoreResult parse_score(Dialect d, const json& response, const ScoreRequest& r) {
+  switch (d) {
+    case Dialect::kVllm:
+      return parse_vllm(response, r);
+    case Dialect::kSglang:
+      return parse_sglang(response, r);
+    case Dialect::kLlamacpp:
+      return parse_llamacpp(response, r);
+  }
+  throw Error("internal: unknown dialect");
+}
+
+HttpCall generate_call(Dialect d, const CallParams& p, const std::vector<int32_t>& context,
+                       int max_tokens) {
+  switch (d) {
+    case Dialect::kVllm: {
+      // logprobs 0: the sampled token only, rendered as token_id:N (older vLLM has no
+      // return_token_ids).
+      json body = {{"model", p.model},
+                   {"prompt", context},
+                   {"max_tokens", max_tokens},
+                   {"temperature", 0.0},
+                   {"logprobs", 0},
+                   {"return_token_ids", true},
+                   {"return_tokens_as_token_ids", true}};
+      if (!p.cache_salt.empty()) body["cache_salt"] = p.cache_salt;
+      return {"/v1/completions", body};
+    }
+    case Dialect::kSglang:
+      return {"/generate",
+              {{"input_ids", context},
+               {"sampling_params", {{"max_new_tokens", max_tokens}, {"temperature", 0.0}}},
+               {"return_logprob", true},
+               {"return_text_in_logprobs", false}}};
+    case Dialect::kLlamacpp:
+      return {"/completion",
+              {{"prompt", context},
+               {"n_predict", max_tokens},
+               {"temperature", 0.0},
+               {"n_probs", 1},
+               {"return_tokens", true},
+               {"cache_prompt", !p.disable_cache},
+               {"stream", false}}};
+  }
+  throw Error("internal: unknown dialect");
+}
+
+Generated parse_generate(Dialect d, const json& response) {
+  Generated g;
+  if (d == Dialect::kVllm) {
+    const json& choice = index(at(response, "choices", "vllm"), 0, "vllm choices");
+    const json& lp = choice.contains("logprobs") ? choice["logprobs"] : json();
+    if (choice.contains("token_ids") && choice["token_ids"].is_array()) {
+      for (const auto& t : choice["token_ids"]) g.tokens.push_back(token_id(t, "vllm token_ids"));
+    } else {
+      for (const auto& t : at(lp, "tokens", "vllm logprobs")) {
+        if (!t.is_string()) throw ProtocolError("vllm: logprobs.tokens entry is not a string");
+        g.tokens.push_back(vllm_id_or_throw(t.get<std::string>()));
+      }
+    }
+    if (lp.is_object() && lp.contains("token_logprobs") && lp["token_logprobs"].is_array() &&
+        !lp["token_logprobs"].empty() && lp["token_logprobs"][0].is_number())
+      g.first_logprob = lp["token_logprobs"][0].get<double>();
+  } else if (d == Dialect::kSglang) {
+    const json& entries =
+        at(at(response, "meta_info", "sglang"), "output_token_logprobs", "sglang meta_info");
+    for (const auto& e : entries) {
+      const auto [lp, id] = sglang_entry(e);
+      if (g.tokens.empty()) g.first_logprob = lp;
+      g.tokens.push_back(id);
+    }
+  } else {
+    if (response.contains("tokens") && response["tokens"].is_array()) {
+      for (const auto& t : response["tokens"]) g.tokens.push_back(token_id(t, "llamacpp tokens"));
+    } else {
+      for (const auto& e : at(response, "completion_probabilities", "llamacpp"))
+        g.tokens.push_back(token_id(at(e, "id", "llamacpp completion_probabilities"), "id"));
+    }
+    const json& probs = response.contains("completion_probabilities")
+                            ? response["completion_probabilities"]
+                            : json();
+    if (probs.is_array() && !probs.empty() && probs[0].is_object() &&
+        probs[0].contains("logprob") && probs[0]["logprob"].is_number())
+      g.first_logprob = probs[0]["logprob"].get<double>();
+  }
+  return g;
+}
+
+HttpCall tokenize_call(Dialect d, const std::string& model, const std::string& text,
+                       bool add_special_tokens) {
+  if (d == Dialect::kLlamacpp)
+    return {"/tokenize", {{"content", text}, {"add_special", add_special_tokens}}};
+  return {"/tokenize",
+          {{"model", model}, {"prompt", text}, {"add_special_tokens", add_special_tokens}}};
+}
+
+std::vector<int32_t> parse_tokenize(const json& response) {
+  std::vector<int32_t> ids;
+  for (const auto& t : at(response, "tokens", "tokenize")) {
+    // llama.cpp with_pieces returns {"id", "piece"} objects.
+    ids.push_back(t.is_object() ? token_id(at(t, "id", "tokenize"), "tokenize id")
+                                : token_id(t, "tokenize token"));
+  }
+  return ids;
+}
+
+HttpCall detokenize_call(Dialect d, const std::string& model, const std::vector<int32_t>& ids) {
+  if (d == Dialect::kLlamacpp) return {"/detokenize", {{"tokens", ids}}};
+  return {"/detokenize", {{"model", model}, {"tokens", ids}}};
+}
+
+std::string parse_detokenize(const json& response) {
+  // vLLM answers {"prompt"}, SGLang {"text"}, llama.cpp {"content"}.
+  for (const char* key : {"prompt", "text", "content"})
+    if (response.is_object() && response.contains(key) && response[key].is_string())
+      return response[key].get<std::string>();
+  throw ProtocolError("detokenize: response has no 'prompt', 'text' or 'content' string: " +
+                      excerpt(response));
+}
+
+std::vector<ModelCard> parse_models(const json& response) {
+  std::vector<ModelCard> cards;
+  for (const auto& m : at(response, "data", "/v1/models")) {
+    ModelCard c;
+    c.id = at(m, "id", "/v1/models entry").is_string() ? m["id"].get<std::string>() : "";
+    if (m.contains("owned_by") && m["owned_by"].is_string())
+      c.owned_by = m["owned_by"].get<std::string>();
+    if (m.contains("max_model_len") && m["max_model_len"].is_number_integer())
+      c.max_model_len = m["max_model_len"].get<int64_t>();
+    c.raw = m;
+    cards.push_back(std::move(c));
+  }
+  return cards;
+}
+
+std::optional<Dialect> dialect_from_owner(const std::string& owned_by) {
+  if (owned_by == "vllm" || owned_by == "phasekv") return Dialect::kVllm;
+  if (owned_by == "sglang") return Dialect::kSglang;
+  if (owned_by == "llamacpp" || owned_by == "llama.cpp") return Dialect::kLlamacpp;
+  return std::nullopt;
+}
+
+std::optional<int64_t> llamacpp_context(const json& props) {
+  if (!props.is_object()) return std::nullopt;
+  if (props.contains("default_generation_settings") &&
+      props["default_generation_settings"].is_object()) {
+    const json& s = props["default_generation_settings"];
+    if (s.contains("n_ctx") && s["n_ctx"].is_number_integer()) return s["n_ctx"].get<int64_t>();
+  }
+  if (props.contains("n_ctx") && props["n_ctx"].is_number_integer())
+    return props["n_ctx"].get<int64_t>();
+  return std::nullopt;
+}
+
+std::string prefix_cache_policy(Dialect d, bool defeat) {
+  if (!defeat) return "left on (--keep-prefix-cache): shared prefixes may be served from cache";
+  switch (d) {
+    case Dialect::kVllm:
+      return "salted per request (cache_salt)";
+    case Dialect::kLlamacpp:
+      return "disabled per request (cache_prompt: false)";
+    case Dialect::kSglang:
+      return "not controllable per request (SGLang radix cache); launch the server with "
+             "--disable-radix-cache to rule it out";
+  }
+  return "?";
+}
+
+}  // namespace phasekv

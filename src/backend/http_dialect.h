@@ -1,0 +1,85 @@
+// The request and response shapes of each server dialect, as pure JSON functions (no sockets),
+// so every shape is unit-tested on canned responses.
+//
+// Scoring asks for the log-probability of a target token after a context given as token ids:
+//   vllm     POST /v1/completions {prompt: ctx + [target], echo, logprobs N, max_tokens 1,
+//            return_tokens_as_token_ids, cache_salt}: the echoed prompt logprob of the last prompt
+//            token is log p(target | ctx), and that position's top-N gives the argmax. Exact.
+//   sglang   POST /generate {input_ids: ctx, max_new_tokens 1, return_logprob, top_logprobs_num 1,
+//            token_ids_logprob [target]}: the first output position carries both. Exact.
+//   llamacpp POST /completion {prompt: ctx, n_predict 1, n_probs N, cache_prompt false}: only the
+//            top-N of the first output position, so a target outside it is censored (its
+//            logprob is unknown, the prediction is still known to be wrong).
+// A response whose shape does not match throws ProtocolError; the caller records it as that
+// request's error instead of retrying (a version mismatch does not heal by waiting).
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace phasekv {
+
+enum class Dialect { kVllm, kSglang, kLlamacpp };
+
+std::string to_string(Dialect d);  // "vllm" | "sglang" | "llamacpp"
+// "vllm" | "sglang" | "llamacpp" (not "auto": detection needs the server); throws phasekv::Error.
+Dialect dialect_from_string(const std::string& s);
+
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct HttpCall {
+  std::string route;  // "/v1/completions", relative to the endpoint's base path
+  nlohmann::json body;
+};
+
+struct CallParams {
+  std::string model;
+  int top_n = 20;             // logprobs / n_probs
+  std::string cache_salt;     // vllm: sent as cache_salt when non-empty
+  bool disable_cache = true;  // llamacpp: cache_prompt false
+};
+
+HttpCall score_call(Dialect d, const CallParams& p, const ScoreRequest& r);
+ScoreResult parse_score(Dialect d, const nlohmann::json& response, const ScoreRequest& r);
+
+// Greedy (temperature 0) generation of up to max_tokens tokens after `context`.
+HttpCall generate_call(Dialect d, const CallParams& p, const std::vector<int32_t>& context,
+                       int max_tokens);
+struct Generated {
+  std::vector<int32_t> tokens;
+  std::optional<double> first_logprob;  // log p of the first generated token, when returned
+};
+Generated parse_generate(Dialect d, const nlohmann::json& response);
+
+HttpCall tokenize_call(Dialect d, const std::string& model, const std::string& text,
+                       bool add_special_tokens);
+std::vector<int32_t> parse_tokenize(const nlohmann::json& response);
+HttpCall detokenize_call(Dialect d, const std::string& model, const std::vector<int32_t>& ids);
+std::string parse_detokenize(const nlohmann::json& response);
+
+// One entry of GET /v1/models.
+struct ModelCard {
+  std::string id;
+  std::string owned_by;
+  std::optional<int64_t> max_model_len;
+  nlohmann::json raw;  // the whole entry (phasekv servers add a "phasekv" object)
+};
+std::vector<ModelCard> parse_models(const nlohmann::json& response);
+// The dialect an owned_by value names ("vllm", "sglang", "llamacpp"; phasekv servers speak
+// vllm), or nullopt.
+std::optional<Dialect> dialect_from_owner(const std::string& owned_by);
+// llama.cpp GET /props: the context size of a slot, when present.
+std::optional<int64_t> llamacpp_context(const nlohmann::json& props);
+
+// How each dialect keeps a shared-prefix cache from faking a period (docs/AUDIT.md).
+std::string prefix_cache_policy(Dialect d, bool defeat);
+
+}  // namespace phasekv

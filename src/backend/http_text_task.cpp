@@ -1,0 +1,278 @@
+#include "backend/http_text_task.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+using json = nlohmann::json;
+
+const std::vector<std::string> kSentences = {
+    " The grass is green.",       " The sky is blue.",
+    " The sun is yellow.",        " Here we go.",
+    " There and back again.",     " The river flows to the sea.",
+    " A bird sings in the tree.", " The road winds over the hill."};
+// Starts with a newline so that no padding token can merge into its first word.
+const std::string kIntro = "\nRemember the value of each key.";
+const std::string kRecordKey = "\nkey";
+const std::string kRecordMid = " -> value";
+const std::string kRecordEnd = ".";
+const std::string kQuestion = "\n\nQuestion: what is the value of key";
+const std::string kAnswer = "?\nAnswer: key";
+// Padding candidates, most tokenizers keep the first ones as one token per copy.
+const std::vector<std::string> kPadCandidates = {" the", " .", " -", " =", " x", "\n"};
+
+// splitmix64: a portable stream (std:: distributions differ between standard libraries).
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
+};
+
+std::vector<int32_t> repeat(int32_t t, int n) {
+  return std::vector<int32_t>(static_cast<size_t>(n), t);
+}
+
+bool is_blank(const std::string& s) {
+  return s.find_first_not_of(" \t\r\n") == std::string::npos;
+}
+
+void append(std::vector<int32_t>& out, const std::vector<int32_t>& ids) {
+  out.insert(out.end(), ids.begin(), ids.end());
+}
+
+}  // namespace
+
+struct TextKvTask::Example {
+  int64_t id = 0;
+  std::vector<int32_t> body;   // intro, filler and records
+  int target_start = 0;        // body offset where the target record begins ("\nkey")
+  int key_off = 0;             // body offset of the target key's first non-blank token
+  int value_off = 0;           // and of the value's
+  std::vector<int32_t> query;  // ends right before the value's first non-blank token
+  int32_t target = 0;
+  std::vector<int32_t> answer;
+};
+
+TextKvTask::TextKvTask(TextTokenizerFns tokenizer, TextTaskOptions options)
+    : tok_(std::move(tokenizer)), o_(options) {
+  if (o_.records < 1 || o_.records > 90)
+    throw Error("--records is " + std::to_string(o_.records) + " (allowed: 1..90)");
+  if (o_.modulus < 1) throw Error("--modulus must be >= 1");
+  if (o_.context_tokens < 16) throw Error("--context-tokens must be >= 16");
+  // The server's special prefix: tokenize with and without special tokens.
+  const auto both = tok_.tokenize({"Hello world", "Hello world"}, true);
+  const auto plain = tok_.tokenize({"Hello world"}, false).front();
+  const auto& with = both.front();
+  if (with.size() > plain.size() && std::equal(plain.rbegin(), plain.rend(), with.rbegin()))
+    bos_.assign(with.begin(), with.end() - static_cast<long>(plain.size()));
+  // A padding token whose copies tokenize to as many tokens (so k copies shift by exactly k).
+  std::vector<std::string> probes;
+  for (const auto& c : kPadCandidates) {
+    probes.push_back(c);
+    std::string many;
+    for (int i = 0; i < std::max(2, o_.modulus); ++i) many += c;
+    probes.push_back(many);
+  }
+  const auto got = tok_.tokenize(probes, false);
+  for (size_t i = 0; i < kPadCandidates.size(); ++i) {
+    const auto& one = got[2 * i];
+    if (one.size() == 1 && got[2 * i + 1] == repeat(one[0], std::max(2, o_.modulus))) {
+      pad_ = one[0];
+      pad_text_ = kPadCandidates[i];
+      break;
+    }
+  }
+  if (pad_ < 0)
+    throw Error(
+        "the server's tokenizer splits or merges every padding candidate (' the', ' .', "
+        "' -', ' =', ' x', newline), so phases cannot be shifted by whole tokens");
+}
+
+std::vector<int32_t> TextKvTask::ids(const std::string& text) {
+  auto it = cache_.find(text);
+  if (it == cache_.end()) it = cache_.emplace(text, tok_.tokenize({text}, false).front()).first;
+  return it->second;
+}
+
+TextKvTask::Example TextKvTask::make_example(int64_t id) {
+  Rng rng{o_.seed * 0x100000001b3ULL + static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ULL + 1};
+  // Keys: distinct 4-digit numbers. Values: distinct leading digit (<= 9 records) or leading two
+  // digits, so that their first tokens differ under digit-splitting tokenizers too.
+  std::set<int> keys, leads;
+  std::vector<int> key_list, value_list;
+  while (static_cast<int>(key_list.size()) < o_.records) {
+    const int k = 1000 + rng.below(9000);
+    if (keys.insert(k).second) key_list.push_back(k);
+  }
+  const bool one_digit = o_.records <= 9;
+  while (static_cast<int>(value_list.size()) < o_.records) {
+    const int v = 1000 + rng.below(9000);
+    if (leads.insert(one_digit ? v / 1000 : v / 100).second) value_list.push_back(v);
+  }
+  const int target = rng.below(o_.records);
+  const int first_sentence = rng.below(static_cast<int>(kSentences.size()));
+
+  // Tokenize this example's pieces in one batch (the fixed ones are cached).
+  std::vector<std::string> texts;
+  auto spaced = [](int n) {
+    std::string s(1, ' ');
+    s += std::to_string(n);
+    return s;
+  };
+  for (int i = 0; i < o_.records; ++i) {
+    texts.push_back(spaced(key_list[i]));
+    texts.push_back(spaced(value_list[i]));
+  }
+  std::vector<std::string> missing;
+  for (const auto& t : texts)
+    if (!cache_.count(t)) missing.push_back(t);
+  if (!missing.empty()) {
+    const auto got = tok_.tokenize(missing, false);
+    for (size_t i = 0; i < missing.size(); ++i) cache_[missing[i]] = got[i];
+  }
+  auto first_nonblank = [&](const std::vector<int32_t>& piece) {
+    std::vector<std::vector<int32_t>> singles;
+    for (int32_t t : piece) singles.push_back({t});
+    const auto text = tok_.detokenize(singles);
+    for (size_t i = 0; i < text.size(); ++i)
+      if (!is_blank(text[i])) return static_cast<int>(i);
+    throw Error("the server tokenizes a number into blank tokens only");
+  };
+
+  Example ex;
+  ex.id = id;
+  append(ex.body, ids(kIntro));
+  // Filler sentences up to the budget, records at random sentence boundaries.
+  int record_tokens = 0;
+  for (int i = 0; i < o_.records; ++i)
+    record_tokens += static_cast<int>(ids(kRecordKey).size() + ids(texts[2 * i]).size() +
+                                      ids(kRecordMid).size() + ids(texts[2 * i + 1]).size() +
+                                      ids(kRecordEnd).size());
+  std::vector<std::vector<int32_t>> sentences;
+  int length = static_cast<int>(ex.body.size()) + record_tokens;
+  for (int s = 0; length < o_.context_tokens || static_cast<int>(sentences.size()) < 1; ++s) {
+    sentences.push_back(ids(kSentences[(first_sentence + s) % kSentences.size()]));
+    length += static_cast<int>(sentences.back().size());
+  }
+  std::vector<int> slots;  // record i goes after sentence slots[i] (sorted, may repeat)
+  for (int i = 0; i < o_.records; ++i)
+    slots.push_back(rng.below(static_cast<int>(sentences.size()) + 1));
+  std::sort(slots.begin(), slots.end());
+  size_t r = 0;
+  for (size_t s = 0; s <= sentences.size(); ++s) {
+    for (; r < slots.size() && slots[r] == static_cast<int>(s); ++r) {
+      const auto& key = ids(texts[2 * r]);
+      const auto& value = ids(texts[2 * r + 1]);
+      if (static_cast<int>(r) == target) ex.target_start = static_cast<int>(ex.body.size());
+      append(ex.body, ids(kRecordKey));
+      if (static_cast<int>(r) == target)
+        ex.key_off = static_cast<int>(ex.body.size()) + first_nonblank(key);
+      append(ex.body, key);
+      append(ex.body, ids(kRecordMid));
+      if (static_cast<int>(r) == target)
+        ex.value_off = static_cast<int>(ex.body.size()) + first_nonblank(value);
+      append(ex.body, value);
+      append(ex.body, ids(kRecordEnd));
+    }
+    if (s < sentences.size()) append(ex.body, sentences[s]);
+  }
+  const auto& key = ids(texts[2 * target]);
+  const auto& value = ids(texts[2 * target + 1]);
+  const int lead = first_nonblank(value);
+  append(ex.query, ids(kQuestion));
+  append(ex.query, key);
+  append(ex.query, ids(kAnswer));
+  append(ex.query, key);
+  append(ex.query, ids(kRecordMid));
+  ex.query.insert(ex.query.end(), value.begin(), value.begin() + lead);
+  ex.target = value[static_cast<size_t>(lead)];
+  ex.answer.assign(value.begin() + lead, value.end());
+  return ex;
+}
+
+std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int>>& pairs) {
+  std::vector<TextItem> items;
+  std::map<int64_t, Example> examples;
+  const int M = o_.modulus;
+  const int nbos = static_cast<int>(bos_.size());
+  for (const auto& [id, phase] : pairs) {
+    if (phase < 0 || phase >= M)
+      throw Error("phase " + std::to_string(phase) + " outside [0, " + std::to_string(M) + ")");
+    auto it = examples.find(id);
+    if (it == examples.end()) it = examples.emplace(id, make_example(id)).first;
+    const Example& ex = it->second;
+    // k pads before the key: (nbos + key_off + k) mod M == phase, for both padding modes.
+    const int k = (((phase - nbos - ex.key_off) % M) + M) % M;
+    TextItem item;
+    item.example_id = id;
+    item.phase = phase;
+    auto& t = item.tokens;
+    append(t, bos_);
+    const auto split = o_.padding == PaddingMode::kPrefix ? 0 : ex.target_start;
+    t.insert(t.end(), ex.body.begin(), ex.body.begin() + split);
+    append(t, repeat(pad_, k));
+    t.insert(t.end(), ex.body.begin() + split, ex.body.end());
+    append(t, repeat(pad_, M - 1 - k));
+    append(t, ex.query);
+    item.key_pos = nbos + k + ex.key_off;
+    item.value_pos = nbos + k + ex.value_off;
+    item.query_pos = static_cast<int>(t.size()) - 1;
+    item.target = ex.target;
+    item.answer = ex.answer;
+    if (item.key_pos % M != phase)
+      throw Error("internal: text task layout does not put the key at its phase");
+    items.push_back(std::move(item));
+  }
+  return items;
+}
+
+std::vector<TextCheck> TextKvTask::verify(const std::vector<TextItem>& items) {
+  const size_t nbos = bos_.size();
+  std::vector<std::vector<int32_t>> texts;  // per item: the whole prompt, the part before the key
+  for (const auto& it : items) {
+    texts.emplace_back(it.tokens.begin() + static_cast<long>(nbos), it.tokens.end());
+    texts.emplace_back(it.tokens.begin() + static_cast<long>(nbos), it.tokens.begin() + it.key_pos);
+  }
+  const auto strings = tok_.detokenize(texts);
+  const auto retok = tok_.tokenize(strings, false);
+  std::vector<TextCheck> out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const auto& planned = texts[2 * i];
+    const auto& whole = retok[2 * i];
+    const size_t key = static_cast<size_t>(items[i].key_pos) - nbos;
+    TextCheck c;
+    c.identical = whole == planned;
+    c.planned_key_pos = items[i].key_pos;
+    const bool same_through_key =
+        whole.size() > key &&
+        std::equal(planned.begin(), planned.begin() + static_cast<long>(key) + 1, whole.begin());
+    c.measured_key_pos =
+        same_through_key ? items[i].key_pos : static_cast<int>(nbos + retok[2 * i + 1].size());
+    out.push_back(c);
+  }
+  return out;
+}
+
+json TextKvTask::describe() const {
+  return {{"render", "text"},
+          {"records", o_.records},
+          {"context_tokens", o_.context_tokens},
+          {"padding", to_string(o_.padding)},
+          {"padding_token", pad_},
+          {"padding_text", pad_text_},
+          {"bos", bos_},
+          {"record_format", "\\nkey K -> value V."},
+          {"question", "\\n\\nQuestion: what is the value of key K?\\nAnswer: key K -> value"}};
+}
+
+}  // namespace phasekv

@@ -1,0 +1,326 @@
+#include "server/server.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <random>
+#include <thread>
+
+#include "io/model_dir.h"
+#include "server/server_engine.h"
+#include "server/server_requests.h"
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+using json = nlohmann::json;
+
+void send_json(httplib::Response& res, int status, const json& body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  send_json(res, e.status, error_body(e.status, e.type, e.what(), e.param));
+}
+
+// Runs a handler, turning its failures into JSON errors: ApiError keeps its status, anything
+// else is the server's fault (500).
+template <typename F>
+void guarded(httplib::Response& res, F&& f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  } catch (const std::exception& e) {
+    send_json(res, 500, error_body(500, "internal_server_error", e.what()));
+  }
+}
+
+std::string completion_id() {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t base = std::mt19937_64{std::random_device{}()}();
+  return fmt::format("cmpl-{:016x}{:08x}", base, counter++ & 0xffffffffu);
+}
+
+// The OpenAI "logprobs" object of one choice: tokens, token_logprobs, top_logprobs and
+// text_offset over the echoed prompt (when echo) and the generated tokens.
+struct LogprobsBuilder {
+  const ModelLimits& limits;
+  bool as_ids;
+  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
+       offsets = json::array();
+  size_t offset = 0;
+
+  std::string piece(int32_t id) const { return token_text(id, as_ids, limits); }
+  void add(int32_t id, const TokenLogprobs* lp) {
+    const std::string text = piece(id);
+    const size_t start = offset == 0 && tokens.empty() ? 0 : offset + 1;  // words: one space
+    offsets.push_back(start);
+    offset = start + text.size();
+    tokens.push_back(text);
+    if (!lp || !lp->logprob) {
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      return;
+    }
+    token_logprobs.push_back(*lp->logprob);
+    json t = json::object();
+    for (const auto& [tid, v] : lp->top) t[piece(tid)] = v;
+    top.push_back(std::move(t));
+  }
+  json build() const {
+    return {{"text_offset", offsets},
+            {"token_logprobs", token_logprobs},
+            {"tokens", tokens},
+            {"top_logprobs", top}};
+  }
+};
+
+// Word-level text of ids, "" without a tokenizer.
+std::string text_of(const std::vector<int32_t>& ids, const ModelLimits& limits) {
+  if (!limits.tokenizer || ids.empty()) return "";
+  return limits.tokenizer->decode(ids);
+}
+
+json make_choice(size_t index, const std::vector<int32_t>& prompt, const EngineResult& r,
+                 const CompletionRequest& req, const ModelLimits& limits) {
+  std::string text = text_of(r.generated, limits);
+  if (!text.empty()) text = " " + text;  // continues the prompt's words
+  if (req.echo) text = text_of(prompt, limits) + text;
+  json logprobs = nullptr;
+  if (req.logprobs) {
+    LogprobsBuilder b{limits, req.tokens_as_ids};
+    if (req.echo)
+      for (size_t t = 0; t < prompt.size(); ++t) b.add(prompt[t], &r.prompt.at(t));
+    for (size_t t = 0; t < r.generated.size(); ++t) b.add(r.generated[t], &r.completion.at(t));
+    logprobs = b.build();
+  }
+  json c = {{"index", index},         {"text", text},
+            {"logprobs", logprobs},   {"finish_reason", "length"},
+            {"stop_reason", nullptr}, {"prompt_logprobs", nullptr}};
+  if (req.return_token_ids) {
+    c["prompt_token_ids"] = prompt;
+    c["token_ids"] = r.generated;
+  }
+  return c;
+}
+
+}  // namespace
+
+// httplib's listen backlog is 5, compiled into Debian's libcpp-httplib: 16 clients connecting at
+// once overflow it and wait a second for the SYN retransmit. Linux applies a second listen() on
+// a listening socket as a new backlog, so the socket is re-listened with a larger one.
+class ListenServer : public httplib::Server {
+ public:
+  void raise_backlog(int backlog) {
+    const socket_t sock = svr_sock_;
+    if (sock != INVALID_SOCKET) ::listen(sock, backlog);
+  }
+};
+
+CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordTokenizer> tokenizer,
+                                   std::optional<TaskConfig> task, ServerOptions options)
+    : backend_(backend),
+      tokenizer_(std::move(tokenizer)),
+      task_(std::move(task)),
+      options_(std::move(options)),
+      name_(options_.served_name.empty() ? backend.model_id() : options_.served_name),
+      engine_(std::make_unique<ModelEngine>(backend)),
+      http_(std::make_unique<ListenServer>()) {
+  if (options_.threads < 1)
+    throw Error("--threads is " + std::to_string(options_.threads) + " (allowed: >= 1)");
+  if (options_.max_tokens_limit < 1)
+    throw Error("--max-tokens-limit is " + std::to_string(options_.max_tokens_limit) +
+                " (allowed: >= 1)");
+  if (options_.max_body_bytes < 1024)
+    throw Error("--max-body-bytes is " + std::to_string(options_.max_body_bytes) +
+                " (allowed: >= 1024)");
+  limits_.name = name_;
+  limits_.vocab_size = backend_.model()->cfg.vocab_size;
+  limits_.max_context = backend_.max_context();
+  limits_.max_tokens = options_.max_tokens_limit;
+  limits_.max_logprobs = options_.max_logprobs;
+  limits_.max_prompts = options_.max_prompts;
+  limits_.tokenizer = tokenizer_ ? &*tokenizer_ : nullptr;
+  const int threads = options_.threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(options_.max_body_bytes);
+  http_->set_read_timeout(60);
+  http_->set_write_timeout(60);
+  http_->set_keep_alive_max_count(10000);
+  http_->set_tcp_nodelay(true);  // small JSON answers must not wait for the client's delayed ACK
+  routes();
+}
+
+CompletionServer::~CompletionServer() = default;
+
+void CompletionServer::routes() {
+  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  http_->Get("/version", [](const httplib::Request&, httplib::Response& res) {
+    send_json(res, 200, {{"version", "phasekv"}});
+  });
+  http_->Get("/v1/models",
+             [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
+  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_completions(req, res);
+  });
+  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_tokenize(req, res);
+  });
+  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_detokenize(req, res);
+  });
+  // httplib answers unknown routes and oversize bodies with an empty body; give them the JSON
+  // error every client of this API expects.
+  http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    if (res.status == 413)
+      send_json(
+          res, 413,
+          error_body(413, "invalid_request_error",
+                     "the request body exceeds the server's limit of " +
+                         std::to_string(options_.max_body_bytes) + " bytes (--max-body-bytes)"));
+    else if (res.status == 404)
+      send_json(res, 404,
+                error_body(404, "not_found_error",
+                           "no route " + req.method + " " + req.path +
+                               " (routes: GET /health, /v1/models, /version; POST "
+                               "/v1/completions, /tokenize, /detokenize)"));
+    else
+      send_json(
+          res, res.status,
+          error_body(res.status, "invalid_request_error", "HTTP " + std::to_string(res.status)));
+  });
+  http_->set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        send_json(res, 500, error_body(500, "internal_server_error", what));
+      });
+  if (options_.log)
+    http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      *options_.log << req.method << " " << req.path << " " << res.status << "\n" << std::flush;
+    });
+}
+
+void CompletionServer::handle_models(httplib::Response& res) const {
+  const ModelConfig& cfg = backend_.model()->cfg;
+  json phasekv = {{"config_hash", config_hash(cfg)},
+                  {"vocab_size", cfg.vocab_size},
+                  {"tokenizer", tokenizer_ ? "word" : "none"},
+                  {"task", task_ ? task_config_to_json(*task_) : json(nullptr)}};
+  json card = {{"id", name_},
+               {"object", "model"},
+               {"created", static_cast<int64_t>(std::time(nullptr))},
+               {"owned_by", "phasekv"},
+               {"root", name_},
+               {"parent", nullptr},
+               {"max_model_len", backend_.max_context()},
+               {"permission", json::array()},
+               {"phasekv", phasekv}};
+  send_json(res, 200, {{"object", "list"}, {"data", json::array({card})}});
+}
+
+void CompletionServer::handle_completions(const httplib::Request& req, httplib::Response& res) {
+  guarded(res, [&] {
+    const CompletionRequest r = parse_completion(parse_body(req.body), limits_);
+    EngineParams p;
+    p.max_tokens = r.max_tokens;
+    p.temperature = r.temperature;
+    p.top_p = r.top_p;
+    p.top_k = r.top_k;
+    p.top_n = r.logprobs ? *r.logprobs : -1;
+    p.prompt_logprobs = r.echo && r.logprobs.has_value();
+    json choices = json::array();
+    int64_t prompt_tokens = 0, completion_tokens = 0;
+    for (size_t i = 0; i < r.prompts.size(); ++i) {
+      // Each prompt of a request gets its own stream, so a batch equals separate requests.
+      p.seed = r.seed ? *r.seed + i : std::random_device{}();
+      const EngineResult out = engine_->run(r.prompts[i], p);
+      choices.push_back(make_choice(i, r.prompts[i], out, r, limits_));
+      prompt_tokens += static_cast<int64_t>(r.prompts[i].size());
+      completion_tokens += static_cast<int64_t>(out.generated.size());
+    }
+    send_json(res, 200,
+              {{"id", completion_id()},
+               {"object", "text_completion"},
+               {"created", static_cast<int64_t>(std::time(nullptr))},
+               {"model", name_},
+               {"choices", choices},
+               {"usage",
+                {{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", completion_tokens},
+                 {"total_tokens", prompt_tokens + completion_tokens}}}});
+  });
+}
+
+void CompletionServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
+  guarded(res, [&] {
+    const TokenizeRequest r = parse_tokenize(parse_body(req.body), limits_);
+    const auto ids = encode_text(r.prompt, r.add_special_tokens, limits_, "prompt");
+    json strs = nullptr;
+    if (r.return_token_strs) {
+      strs = json::array();
+      for (int32_t id : ids) strs.push_back(token_text(id, false, limits_));
+    }
+    send_json(res, 200,
+              {{"count", ids.size()},
+               {"max_model_len", backend_.max_context()},
+               {"tokens", ids},
+               {"token_strs", strs}});
+  });
+}
+
+void CompletionServer::handle_detokenize(const httplib::Request& req,
+                                         httplib::Response& res) const {
+  guarded(res, [&] {
+    const auto ids = parse_detokenize(parse_body(req.body), limits_);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= tokenizer_->size())
+        throw ApiError(400, "invalid_request_error", "tokens",
+                       "tokens[" + std::to_string(i) + "]: id " + std::to_string(ids[i]) +
+                           " has no word in tokenizer.json (" + std::to_string(tokenizer_->size()) +
+                           " words)");
+    send_json(res, 200, {{"prompt", tokenizer_->decode(ids)}});
+  });
+}
+
+int CompletionServer::bind() {
+  const int port = options_.port == 0
+                       ? http_->bind_to_any_port(options_.host)
+                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (port < 0)
+    throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
+                " (address in use, or not an address of this machine)");
+  static_cast<ListenServer&>(*http_).raise_backlog(1024);
+  return port;
+}
+
+void CompletionServer::serve() {
+  if (!stop_requested_) http_->listen_after_bind();
+}
+
+void CompletionServer::stop() {
+  stop_requested_ = true;
+  // httplib's stop() only acts on a running listener; wait briefly for one that is starting.
+  for (int i = 0; i < 100 && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  http_->stop();
+}
+
+bool CompletionServer::running() const {
+  return http_->is_running();
+}
+
+}  // namespace phasekv

@@ -1,0 +1,101 @@
+// `phasekv serve`: one phasekv model behind the vLLM flavour of the OpenAI API, so the audit
+// client (HttpBackend, dialect vllm) and other OpenAI clients can use it.
+//
+//   GET  /health          200, empty body (as vLLM)
+//   GET  /v1/models       one model card; owned_by "phasekv" and a "phasekv" object with
+//                         config_hash, vocab_size, tokenizer and the training task (no stride:
+//                         an audit has to find it)
+//   GET  /version
+//   POST /v1/completions  prompt as text or token ids (or a list of either), max_tokens (0 only
+//                         with echo), temperature 0 = greedy, else sampling with top_p/top_k and
+//                         seed, logprobs N (top N per position), echo (prompt logprobs),
+//                         return_tokens_as_token_ids, return_token_ids; cache_salt accepted
+//   POST /tokenize        {prompt, add_special_tokens} -> {tokens, count, max_model_len}
+//   POST /detokenize      {tokens} -> {prompt}
+//
+// Every failure is JSON {"error": {"message", "type", "code", "param"}} with a 4xx status for
+// the client's mistakes (wrong types, ids outside the vocabulary, prompts over the context
+// size, max_tokens over the limit, bodies over the size limit) and 500 for the server's.
+// Requests are handled by a thread pool; the model runs one request at a time (a mutex), which
+// keeps the numerics identical to a single in-process call.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "backend/local_backend.h"
+#include "io/tokenizer.h"
+#include "server/server_requests.h"
+#include "train/tasks.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace phasekv {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (see bind())
+  // HTTP worker threads. A keep-alive connection holds a thread while idle, so this must be at
+  // least the number of concurrent client connections.
+  int threads = 32;
+  int max_tokens_limit = 1024;              // largest max_tokens accepted
+  size_t max_body_bytes = size_t{8} << 20;  // larger bodies get 413
+  int max_logprobs = 20;                    // largest logprobs accepted (vLLM's default)
+  int max_prompts = 64;                     // prompts in one request
+  std::string served_name;                  // "" = the backend's model_id()
+  std::ostream* log = nullptr;              // one line per request; nullptr: silent
+};
+
+class ModelEngine;
+
+class CompletionServer {
+ public:
+  // `backend` must outlive the server. `tokenizer`: the model's tokenizer.json (text prompts,
+  // /tokenize); `task`: its training task (task.json), published in /v1/models so an audit can
+  // build the same examples. Either may be absent.
+  CompletionServer(LocalBackend& backend, std::optional<WordTokenizer> tokenizer,
+                   std::optional<TaskConfig> task, ServerOptions options);
+  ~CompletionServer();
+  CompletionServer(const CompletionServer&) = delete;
+  CompletionServer& operator=(const CompletionServer&) = delete;
+
+  // Binds the listening socket; returns the port (the chosen one when options.port is 0).
+  // Throws phasekv::Error naming host and port when binding fails.
+  int bind();
+  // Serves until stop(); returns after in-flight requests have finished. Returns at once when
+  // stop() came first.
+  void serve();
+  // Stops accepting connections; safe from any thread (not from a signal handler).
+  void stop();
+  // True once serve() accepts connections (tests wait for it before connecting).
+  bool running() const;
+  const std::string& served_name() const { return name_; }
+
+ private:
+  void routes();
+  void handle_models(httplib::Response& res) const;
+  void handle_completions(const httplib::Request& req, httplib::Response& res);
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;
+
+  LocalBackend& backend_;
+  std::optional<WordTokenizer> tokenizer_;
+  std::optional<TaskConfig> task_;
+  ServerOptions options_;
+  std::string name_;
+  ModelLimits limits_;
+  std::unique_ptr<ModelEngine> engine_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> stop_requested_{false};
+};
+
+}  // namespace phasekv

@@ -1,0 +1,76 @@
+// Parsing and validation of the server's request bodies. Everything a client can get wrong is
+// checked here, before the model runs, and reported as an ApiError that names the field and
+// what is allowed; the HTTP layer turns it into {"error": {...}} with its status.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/tokenizer.h"
+
+namespace phasekv {
+
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string type, std::string param, const std::string& message)
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)) {}
+  int status;
+  std::string type;   // "invalid_request_error", "not_found_error", ...
+  std::string param;  // the offending field, "" when none
+};
+
+// {"error": {"message", "type", "code", "param"}}
+nlohmann::json error_body(int status, const std::string& type, const std::string& message,
+                          const std::string& param = "");
+
+// What every request is checked against.
+struct ModelLimits {
+  std::string name;  // the served model name: a request naming another model gets 404
+  int64_t vocab_size = 0;
+  int64_t max_context = 0;
+  int max_tokens = 1024;
+  int max_logprobs = 20;
+  int max_prompts = 64;
+  const WordTokenizer* tokenizer = nullptr;  // nullptr: token-id prompts only
+};
+
+struct CompletionRequest {
+  std::vector<std::vector<int32_t>> prompts;
+  int max_tokens = 16;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  std::optional<uint64_t> seed;
+  std::optional<int> logprobs;
+  bool echo = false;
+  bool tokens_as_ids = false;     // return_tokens_as_token_ids
+  bool return_token_ids = false;  // token_ids / prompt_token_ids in each choice
+};
+
+// Parses a JSON body (throws ApiError 400 on invalid JSON or a non-object).
+nlohmann::json parse_body(const std::string& body);
+// Unknown fields are ignored (OpenAI clients send many); known ones must have the right type.
+CompletionRequest parse_completion(const nlohmann::json& body, const ModelLimits& limits);
+
+struct TokenizeRequest {
+  std::string prompt;
+  bool add_special_tokens = true;
+  bool return_token_strs = false;
+};
+TokenizeRequest parse_tokenize(const nlohmann::json& body, const ModelLimits& limits);
+std::vector<int32_t> parse_detokenize(const nlohmann::json& body, const ModelLimits& limits);
+
+// Text -> ids with the model's tokenizer (400 naming an unknown word; 400 when the model has no
+// tokenizer). add_special prepends <bos> when the vocabulary has it, as vLLM does for text.
+std::vector<int32_t> encode_text(const std::string& text, bool add_special,
+                                 const ModelLimits& limits, const std::string& param);
+// "token_id:N" when as_ids or without a tokenizer, else the word.
+std::string token_text(int32_t id, bool as_ids, const ModelLimits& limits);
+
+}  // namespace phasekv
