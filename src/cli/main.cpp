@@ -1,9 +1,11 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "util/allocator.h"
 #include "util/error.h"
 
 int main(int argc, char** argv) {
+  phasekv::keep_freed_memory_in_heap();
   CLI::App app{
       "phasekv: find, measure, explain and remove periodic weak spots of chunked KV-cache "
       "compression"};
@@ -14,6 +16,8 @@ int main(int argc, char** argv) {
   phasekv::cli::register_sweep(app);
   phasekv::cli::register_compare(app);
   phasekv::cli::register_train(app);
+  phasekv::cli::register_serve(app);
+  phasekv::cli::register_audit(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
