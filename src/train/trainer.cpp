@@ -10,8 +10,9 @@
 #include <sstream>
 
 #include "io/model_dir.h"
-#include "io/tokenizer.h"
 #include "io/safetensors.h"
+#include "io/tokenizer.h"
+#include "model/precision.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -186,7 +187,17 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
     write_file_atomic(log_path, "");
   }
   std::ofstream log(log_path, std::ios::app);
-  write_file_atomic(out_dir + "/train.json", cfg.source.dump(2) + "\n");
+  // bf16 runs the forward and loss under CPU autocast (f32 master weights and optimiser state);
+  // without native bf16 GEMMs it falls back to f32. train.json records what actually ran.
+  const Precision precision =
+      resolve_precision(t.precision == "bf16" ? Precision::kBf16 : Precision::kF32);
+  auto provenance = cfg.source;
+  provenance["runtime"] = {{"precision", precision == Precision::kBf16 ? "bf16" : "f32"},
+                           {"bf16_native", bf16_native()}};
+  write_file_atomic(out_dir + "/train.json", provenance.dump(2) + "\n");
+  if (t.precision != "f32")
+    std::cerr << "precision: requested " << t.precision << ", running "
+              << (precision == Precision::kBf16 ? "bf16" : "f32") << "\n";
 
   const uint64_t eval_seed = t.seed + 1000003;  // disjoint from the training stream
   TrainResult result;
@@ -198,9 +209,13 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
     for (auto& group : opt->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(t, step));
     opt->zero_grad();
-    auto h = model->hidden(batch.tokens).index({batch.row, batch.col});
-    auto logits = model->logits_from_hidden(h).to(torch::kFloat32);
-    auto loss = torch::nn::functional::cross_entropy(logits, batch.target);
+    torch::Tensor logits, loss;
+    {
+      PrecisionGuard guard(precision);
+      auto h = model->hidden(batch.tokens).index({batch.row, batch.col});
+      logits = model->logits_from_hidden(h).to(torch::kFloat32);  // the loss always sees f32
+      loss = torch::nn::functional::cross_entropy(logits, batch.target);
+    }
     loss.backward();
     if (t.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), t.clip);
     opt->step();
