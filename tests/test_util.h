@@ -90,6 +90,17 @@ inline std::vector<Variant> all_variants() {
     add("chunked_rope_prev", a);
   }
   {
+    // q/k/v projection biases (Qwen2 style), also on the lane >= 1 projections of W = 2S.
+    auto a = c;
+    a.width = 8;
+    auto cfg = tiny_config(a);
+    cfg.qkv_bias = true;
+    v.push_back({"chunked_W8_qkv_bias", cfg});
+    auto f = tiny_config(AttentionConfig{});
+    f.qkv_bias = true;
+    v.push_back({"full_qkv_bias", f});
+  }
+  {
     auto a = c;
     a.entry_rope = EntryRope::kLast;
     add("chunked_rope_last", a, 1);
@@ -126,7 +137,9 @@ inline Decoder make_model(const ModelConfig& cfg, uint64_t seed,
   // Non-zero biases and sinks so the tests exercise them (init leaves them at 0).
   torch::NoGradGuard g;
   for (auto& p : m->named_parameters()) {
-    if (p.key().find(".bias_") != std::string::npos || p.key().find(".sink") != std::string::npos)
+    const std::string& k = p.key();
+    const bool proj_bias = k.size() > 5 && k.compare(k.size() - 5, 5, ".bias") == 0;
+    if (proj_bias || k.find(".bias_") != std::string::npos || k.find(".sink") != std::string::npos)
       p.value().copy_(torch::randn(p.value().sizes()) * 0.5);
   }
   m->to(dtype);

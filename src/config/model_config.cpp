@@ -12,7 +12,7 @@ using nlohmann::json;
 
 const std::set<std::string> kModelKeys = {
     "vocab_size",     "d_model",  "n_layers",    "n_heads",   "n_kv_heads",
-    "head_dim",       "d_ff",     "rope_theta",  "rope_dims", "qk_norm",
+    "head_dim",       "d_ff",     "rope_theta",  "rope_dims", "qk_norm",  "qkv_bias",
     "tie_embeddings", "norm_eps", "max_context", "attention", "layers"};
 const std::set<std::string> kAttentionKeys = {
     "kind",       "stride",     "width", "gate", "gate_bias",        "tied_kv_gates",
@@ -209,6 +209,7 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
   read(j, "rope_theta", c.rope_theta, where);
   read(j, "rope_dims", c.rope_dims, where);
   read(j, "qk_norm", c.qk_norm, where);
+  read(j, "qkv_bias", c.qkv_bias, where);
   read(j, "tie_embeddings", c.tie_embeddings, where);
   read(j, "norm_eps", c.norm_eps, where);
   read(j, "max_context", c.max_context, where);
@@ -255,6 +256,7 @@ json model_config_to_json(const ModelConfig& c) {
           {"rope_theta", c.rope_theta},
           {"rope_dims", c.rope_dims},
           {"qk_norm", c.qk_norm},
+          {"qkv_bias", c.qkv_bias},
           {"tie_embeddings", c.tie_embeddings},
           {"norm_eps", c.norm_eps},
           {"max_context", c.max_context},

@@ -44,6 +44,9 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   int rope_dims = -1;  // rotated dims per head: -1 = all (head_dim), 0 = no RoPE, else partial
   bool qk_norm = true;
+  // Biases on the q/k/v projections (Qwen2 style). With RoPE they make content-independent
+  // relative-position attention (e.g. a previous-token head) expressible from the start.
+  bool qkv_bias = false;
   bool tie_embeddings = true;
   double norm_eps = 1e-6;
   int max_context = 4096;

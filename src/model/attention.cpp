@@ -58,9 +58,9 @@ AttentionImpl::AttentionImpl(const ModelConfig& m, const AttentionConfig& attn)
       n_kv(m.n_kv_heads),
       head_dim(m.head_dim),
       rope(m.head_dim, m.rotary_dims(), m.rope_theta) {
-  wq = register_module("wq", make_linear(m.d_model, n_heads * head_dim));
-  wk = register_module("wk", make_linear(m.d_model, n_kv * head_dim));
-  wv = register_module("wv", make_linear(m.d_model, n_kv * head_dim));
+  wq = register_module("wq", make_linear(m.d_model, n_heads * head_dim, m.qkv_bias));
+  wk = register_module("wk", make_linear(m.d_model, n_kv * head_dim, m.qkv_bias));
+  wv = register_module("wv", make_linear(m.d_model, n_kv * head_dim, m.qkv_bias));
   wo = register_module("wo", make_linear(n_heads * head_dim, m.d_model));
   if (m.qk_norm) {
     q_norm = register_module("q_norm", std::make_shared<RMSNormImpl>(head_dim, m.norm_eps));

@@ -34,8 +34,10 @@ CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& 
            model.rope_theta) {
   const int64_t D = model.d_model, W = cfg.width, L = cfg.lanes(), kv = n_kv * head_dim;
   for (int64_t l = 1; l < L; ++l) {
-    lane_wk.push_back(register_module("lane" + std::to_string(l) + "_wk", make_linear(D, kv)));
-    lane_wv.push_back(register_module("lane" + std::to_string(l) + "_wv", make_linear(D, kv)));
+    // Lanes >= 1 are projections like lane 0's wk/wv, so they carry a bias when those do.
+    const std::string lane = "lane" + std::to_string(l);
+    lane_wk.push_back(register_module(lane + "_wk", make_linear(D, kv, model.qkv_bias)));
+    lane_wv.push_back(register_module(lane + "_wv", make_linear(D, kv, model.qkv_bias)));
   }
   lane_of_slot = (W - 1 - torch::arange(W, torch::kInt64)).div(cfg.stride, "floor");
   auto make_gate = [&](const std::string& suffix) {

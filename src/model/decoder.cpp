@@ -68,7 +68,8 @@ void DecoderImpl::init_weights(uint64_t seed) {
     // Norm scales start at 1, gate biases and sinks at 0 (symmetric slots at init).
     if (ends_with("norm.weight")) {
       p.fill_(1.0);
-    } else if (name.find(".bias_") != std::string::npos || ends_with(".sink")) {
+    } else if (name.find(".bias_") != std::string::npos || ends_with(".bias") ||
+               ends_with(".sink")) {
       p.zero_();
     } else {
       double std = (ends_with("wo.weight") || ends_with("w_down.weight")) ? out_std : 0.02;

@@ -37,8 +37,8 @@ torch::Tensor Rope::apply(const torch::Tensor& x, const torch::Tensor& positions
   return torch::cat({rotated, x.narrow(-1, rotary_dims_, head_dim_ - rotary_dims_)}, -1);
 }
 
-torch::nn::Linear make_linear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
 SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {

@@ -34,6 +34,6 @@ struct SwiGLUImpl : torch::nn::Module {
 };
 TORCH_MODULE(SwiGLU);
 
-torch::nn::Linear make_linear(int64_t in, int64_t out);
+torch::nn::Linear make_linear(int64_t in, int64_t out, bool bias = false);
 
 }  // namespace phasekv
