@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   phasekv::cli::register_train(app);
   phasekv::cli::register_serve(app);
   phasekv::cli::register_audit(app);
+  phasekv::cli::register_bench(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,5 +1,7 @@
 #include "runtime/session.h"
 
+#include <c10/core/InferenceMode.h>
+
 #include "model/visibility.h"
 
 namespace phasekv {
@@ -13,7 +15,10 @@ void Session::reset() {
 }
 
 torch::Tensor Session::feed(const std::vector<int64_t>& tokens) {
-  torch::NoGradGuard no_grad;
+  // Inference mode, not just no-grad: the many small ops of a decode step skip version counters
+  // and view tracking. Cache tensors become inference tensors (read-only outside this scope);
+  // the returned logits are only read by callers.
+  c10::InferenceMode inference;
   auto t = torch::tensor(tokens, torch::kInt64).unsqueeze(0);
   return model_->forward_cached(t, caches_).squeeze(0);
 }

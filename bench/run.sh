@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Every figure in docs/PERFORMANCE.md, in one go (about 25 minutes on the 2-core machine; add
+# --quick for about a minute of benchmarks, the bf16 training comparison is skipped then).
+#   bash bench/run.sh [--quick]          results in ${OUT:-/tmp/phasekv-bench}/
+# Needs a built phasekv (PHASEKV, default build-perf/phasekv) and Debian's python3-torch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PHASEKV=${PHASEKV:-build-perf/phasekv}
+PY=${PY:-/usr/bin/python3}
+OUT=${OUT:-/tmp/phasekv-bench}
+THREADS=${THREADS:-2}
+QUICK=${1:-}
+mkdir -p "$OUT"
+
+echo "== numerics: phasekv vs PyTorch, same weights and batch, one f32 step"
+for size in small large; do
+  "$PHASEKV" bench dump --size "$size" --out "$OUT/check-$size" $QUICK
+  "$PY" bench/torch_reference.py check "$OUT/check-$size" | tee "$OUT/check-$size.json"
+done
+
+echo "== benchmarks"
+"$PHASEKV" bench all --threads "$THREADS" --python "$PY" --json "$OUT/bench.json" $QUICK \
+  | tee "$OUT/bench.txt"
+
+if [ "$QUICK" != "--quick" ]; then
+  echo "== bf16 vs f32 training, configs/train/kv-chunked.toml, ${STEPS:=1500} steps"
+  for prec in f32 bf16; do
+    sed "s/^\[train\]$/[train]\nprecision = \"$prec\"/" configs/train/kv-chunked.toml \
+      > "$OUT/kv-chunked-$prec.toml"
+    "$PHASEKV" train --config "$OUT/kv-chunked-$prec.toml" --out "$OUT/train-$prec" \
+      --steps "$STEPS" 2>&1 | tail -n 3 | tee "$OUT/train-$prec.txt"
+  done
+fi

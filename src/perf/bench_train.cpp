@@ -1,0 +1,130 @@
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "io/model_dir.h"
+#include "model/decoder.h"
+#include "perf/bench_suite.h"
+#include "perf/flops.h"
+#include "perf/timing.h"
+#include "perf/train_step.h"
+#include "train/train_config.h"
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+TrainStepSpec small_spec(const BenchOptions& o) {
+  auto cfg = train_config_from_file(o.small_config);
+  return {"small", cfg.model, cfg.train.batch, o.small_seq};
+}
+
+// d_model / 64 query heads over 2 KV heads of 64, chunked S=4, W=8, n_win=128 in every layer.
+TrainStepSpec large_spec(const BenchOptions& o) {
+  ModelConfig m;
+  m.vocab_size = 256;
+  m.d_model = o.large_d_model;
+  m.n_layers = o.large_layers;
+  m.head_dim = 64;
+  m.n_heads = std::max(2, o.large_d_model / 64);
+  m.n_kv_heads = 2;
+  m.d_ff = 3 * o.large_d_model;
+  m.max_context = static_cast<int>(std::max<int64_t>(4096, o.large_seq));
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 8;
+  a.n_win = 128;
+  m.layers.assign(static_cast<size_t>(m.n_layers), a);
+  validate(m, "bench large model");
+  return {"large", m, o.large_batch, o.large_seq};
+}
+
+std::string precision_name(Precision p) {
+  return p == Precision::kBf16 ? "bf16" : "f32";
+}
+
+TrainStepSpec bench_spec(const BenchOptions& o, const std::string& size) {
+  if (size == "small") return small_spec(o);
+  if (size == "large") return large_spec(o);
+  throw Error("bench: unknown size '" + size + "' (allowed: small, large)");
+}
+
+}  // namespace
+
+nlohmann::json bench_train(const BenchOptions& o, const GemmPeak& peak) {
+  namespace fs = std::filesystem;
+  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("== Training step (forward + backward + clip + AdamW), {} threads, load {:.1f}\n",
+             o.threads, load_average());
+  fmt::print("{:<6} {:<5} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8}\n", "size", "prec",
+             "B x T", "step ms", "tok/s", "GFLOP/s", "MFU", "MFU/bf16", "torch t/s", "x torch");
+  for (const auto* size : {"small", "large"}) {
+    auto spec = bench_spec(o, size);
+    const fs::path dir = fs::temp_directory_path() / fmt::format("phasekv-bench-{}", size);
+    if (o.torch) {
+      Decoder m(spec.model);
+      m->init_weights(o.seed);
+      save_model_dir(dir.string(), m);
+    }
+    for (auto requested : {Precision::kF32, Precision::kBf16}) {
+      const std::string trace =
+          o.profile_dir.empty() ? ""
+                                : (fs::path(o.profile_dir) /
+                                   fmt::format("{}-{}.trace.json", size, precision_name(requested)))
+                                      .string();
+      if (!trace.empty()) fs::create_directories(o.profile_dir);
+      auto r = time_train_step(spec, requested, o.train_warmup, o.train_reps, o.seed, trace);
+      const double own_peak = r.precision == Precision::kBf16 ? peak.bf16_flops : peak.f32_flops;
+      nlohmann::json row = {{"size", size},
+                            {"precision", precision_name(r.precision)},
+                            {"requested", precision_name(requested)},
+                            {"batch", spec.batch},
+                            {"seq", spec.seq},
+                            {"d_model", spec.model.d_model},
+                            {"n_layers", spec.model.n_layers},
+                            {"step_s", r.step_s},
+                            {"median_step_s", r.median_step_s},
+                            {"tokens_per_s", r.tokens_per_s},
+                            {"gflop_per_step", r.flops_per_step / 1e9},
+                            {"gflops", r.flops_per_s / 1e9},
+                            {"mfu", r.flops_per_s / own_peak},
+                            {"mfu_vs_bf16_peak", r.flops_per_s / peak.bf16_flops},
+                            {"loss", r.loss}};
+      std::string torch_tps = "-", ratio = "-";
+      if (o.torch) {
+        auto t = run_torch_reference(
+            o.reference,
+            fmt::format("time --model '{}' --batch {} --seq {} --threads {} "
+                        "--precision {} --warmup {} --reps {} --seed {}",
+                        dir.string(), spec.batch, spec.seq, o.threads, precision_name(r.precision),
+                        o.train_warmup, o.train_reps, o.seed));
+        row["torch"] = t;
+        const double tt = t.at("tokens_per_s").get<double>();
+        row["ratio_vs_torch"] = r.tokens_per_s / tt;
+        torch_tps = fmt::format("{:.0f}", tt);
+        ratio = fmt::format("{:.2f}", r.tokens_per_s / tt);
+      }
+      fmt::print("{:<6} {:<5} {:>9} {:>9.1f} {:>9.0f} {:>8.1f} {:>6.1f}% {:>7.1f}% {:>9} {:>8}\n",
+                 size, precision_name(r.precision), fmt::format("{}x{}", spec.batch, spec.seq),
+                 r.step_s * 1e3, r.tokens_per_s, r.flops_per_s / 1e9,
+                 100 * r.flops_per_s / own_peak, 100 * r.flops_per_s / peak.bf16_flops, torch_tps,
+                 ratio);
+      rows.push_back(row);
+    }
+  }
+  fmt::print(
+      "MFU = model FLOPs (perf/flops.h) per second / measured GEMM peak of the precision "
+      "that ran; MFU/bf16 against the bf16 peak\n\n");
+  return rows;
+}
+
+nlohmann::json bench_dump(const BenchOptions& o, const std::string& size, const std::string& dir) {
+  auto spec = bench_spec(o, size);
+  const double loss = dump_train_step(spec, dir, o.seed);
+  fmt::print("wrote {} (size {}, B {}, T {}): f32 loss {:.6f}\n", dir, size, spec.batch, spec.seq,
+             loss);
+  return {{"dir", dir}, {"size", size}, {"loss", loss}};
+}
+
+}  // namespace phasekv

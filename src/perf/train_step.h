@@ -1,0 +1,49 @@
+// The benchmark training step, defined once so that phasekv and the PyTorch reference
+// (bench/torch_reference.py) time and check exactly the same work: fixed random tokens
+// [B, T+1], next-token cross-entropy at every position, backward, global gradient-norm clipping
+// at 1.0, one AdamW step (lr 1e-3, betas 0.9/0.95, weight decay 0.1 on every parameter).
+// Forward and loss run under PrecisionGuard, so bf16 means CPU autocast over f32 master weights,
+// as in `phasekv train` with precision = "bf16".
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+#include "config/model_config.h"
+#include "model/precision.h"
+
+namespace phasekv {
+
+struct TrainStepSpec {
+  std::string name;  // "small", "large": how tables label it
+  ModelConfig model;
+  int64_t batch = 1, seq = 1;
+};
+
+struct TrainStepResult {
+  Precision precision = Precision::kF32;  // what ran (bf16 falls back to f32 without native bf16)
+  // The machine may be shared: the fastest of the timed steps is the figure least disturbed by
+  // other jobs, so rates use it; the median is kept for reference.
+  double step_s = 0, median_step_s = 0;
+  double tokens_per_s = 0;
+  double flops_per_step = 0;  // model FLOPs (perf/flops.h)
+  double flops_per_s = 0;     // achieved model FLOP/s
+  double loss = 0;            // loss of the last timed step
+};
+
+// Times `reps` steps after `warmup` untimed ones, from weights initialised with `seed`. With a
+// profile path, one more step runs under libtorch's profiler and its trace (chrome://tracing
+// JSON) is written there.
+TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, int warmup,
+                                int reps, uint64_t seed, const std::string& profile = "");
+
+// One forward + backward in f32 on the seeded model and batch, written for the reference to
+// check: DIR/config.json + model.safetensors (the model directory), DIR/batch.safetensors
+// (tokens [B, T+1] int64), DIR/grads.safetensors (every parameter's gradient, f32) and
+// DIR/step.json (loss, gradient norms, B, T). Returns the loss.
+double dump_train_step(const TrainStepSpec& spec, const std::string& dir, uint64_t seed);
+
+// The batch both sides use: tokens [B, T+1], seeded.
+torch::Tensor train_step_tokens(const TrainStepSpec& spec, uint64_t seed);
+
+}  // namespace phasekv
