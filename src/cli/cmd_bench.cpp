@@ -29,8 +29,8 @@ struct BenchFlags {
   }
 };
 
-#define PHASEKV_BENCH_OPTION(cmd, flags, name, field, help)                     \
-  flags->overrides.emplace_back(cmd->add_option(name, flags->user.field, help), \
+#define PHASEKV_BENCH_OPTION(cmd, flags, name, field, help)                                     \
+  flags->overrides.emplace_back(cmd->add_option(name, flags->user.field, help)->delimiter(','), \
                                 [](BenchOptions& o, const BenchOptions& u) { o.field = u.field; })
 
 void add_common(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {

@@ -114,8 +114,9 @@ nlohmann::json bench_train(const BenchOptions& o, const GemmPeak& peak) {
     }
   }
   fmt::print(
-      "MFU = model FLOPs (perf/flops.h) per second / measured GEMM peak of the precision "
-      "that ran; MFU/bf16 against the bf16 peak\n\n");
+      "step = fastest of {} timed steps on both sides; MFU = model FLOPs (perf/flops.h) per "
+      "second / measured GEMM peak of the precision that ran; MFU/bf16 against the bf16 peak\n\n",
+      o.train_reps);
   return rows;
 }
 
