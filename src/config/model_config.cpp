@@ -4,6 +4,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace phasekv {
 namespace {
@@ -18,36 +19,8 @@ const std::set<std::string> kAttentionKeys = {
     "kind",       "stride",     "width", "gate", "gate_bias",        "tied_kv_gates",
     "entry_norm", "entry_rope", "n_win", "sink", "uncompressed_tail"};
 
-std::string join(const std::set<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
-  return out;
-}
-
-void check_keys(const json& obj, const std::set<std::string>& allowed, const std::string& where) {
-  if (!obj.is_object()) throw Error(where + ": expected a JSON object");
-  for (auto it = obj.begin(); it != obj.end(); ++it) {
-    if (!allowed.count(it.key()))
-      throw Error(where + ": unknown key '" + it.key() + "' (allowed: " + join(allowed) + ")");
-  }
-}
-
-template <typename T>
-void read(const json& obj, const char* key, T& out, const std::string& where) {
-  if (!obj.contains(key)) return;
-  const json& v = obj.at(key);
-  bool ok = false;
-  if constexpr (std::is_same_v<T, bool>)
-    ok = v.is_boolean();
-  else if constexpr (std::is_integral_v<T>)
-    ok = v.is_number_integer();
-  else if constexpr (std::is_floating_point_v<T>)
-    ok = v.is_number();
-  else
-    ok = v.is_string();
-  if (!ok) throw Error(where + ": key '" + key + "' has the wrong type (got " + v.dump() + ")");
-  out = v.get<T>();
-}
+using json_read::check_keys;
+using json_read::read;
 
 template <typename E>
 E parse_enum(const std::string& s, const std::vector<std::pair<std::string, E>>& table,

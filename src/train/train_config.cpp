@@ -6,6 +6,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/json_read.h"
 
 namespace phasekv {
 namespace {
@@ -30,22 +31,7 @@ json toml_to_json(const toml::node& n) {
   throw Error("unsupported TOML value type (dates are not used by phasekv)");
 }
 
-template <typename T>
-void read(const json& obj, const char* key, T& out, const std::string& where) {
-  if (!obj.contains(key)) return;
-  const json& v = obj.at(key);
-  bool ok;
-  if constexpr (std::is_same_v<T, bool>)
-    ok = v.is_boolean();
-  else if constexpr (std::is_integral_v<T>)
-    ok = v.is_number_integer();
-  else if constexpr (std::is_floating_point_v<T>)
-    ok = v.is_number();
-  else
-    ok = v.is_string();
-  if (!ok) throw Error(where + ": key '" + key + "' has the wrong type (got " + v.dump() + ")");
-  out = v.get<T>();
-}
+using json_read::read;
 
 TrainOptions options_from_json(const json& j, const std::string& where) {
   static const std::set<std::string> keys = {
@@ -55,12 +41,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
       "seed",          "threads",         "offset_randomization",
       "precision",     "log_every",       "eval_every",
       "eval_examples", "checkpoint_every"};
-  for (auto it = j.begin(); it != j.end(); ++it)
-    if (!keys.count(it.key())) {
-      std::string allowed;
-      for (const auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
-      throw Error(where + ": unknown key '" + it.key() + "' (allowed: " + allowed + ")");
-    }
+  json_read::check_keys(j, keys, where);
   TrainOptions t;
   read(j, "steps", t.steps, where);
   read(j, "batch", t.batch, where);
