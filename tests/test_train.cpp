@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "io/model_dir.h"
 #include "train/trainer.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -76,6 +77,43 @@ TEST(Train, ResumeReachesTheSameStateAsAnUninterruptedRun) {
   EXPECT_TRUE(fs::exists(resumed + "/task.json"));
   fs::remove_all(straight);
   fs::remove_all(resumed);
+}
+
+// init_from starts a run from saved weights: step 1 of the new run sees exactly the weights the
+// first run ended with (same loss as evaluating them), and a model of another config is refused.
+TEST(Train, InitFromStartsFromTheSavedWeightsAndChecksTheConfig) {
+  auto cfg = train_config_from_json(tiny_train_json(), "t", ".");
+  const auto first = temp_dir("first"), second = temp_dir("second");
+  train(cfg, first, false);
+  Decoder saved = load_model_dir(first);
+  Decoder fresh(cfg.model);
+  fresh->init_weights(99);
+  init_from_model_dir(fresh, first);
+  auto want = saved->named_parameters();
+  for (const auto& p : fresh->named_parameters())
+    EXPECT_TRUE(torch::equal(p.value(), want[p.key()])) << p.key();
+
+  auto j = tiny_train_json();
+  j["train"]["init_from"] = fs::path(first).filename().string();  // relative to base_dir
+  auto cfg2 = train_config_from_json(j, "t", fs::path(first).parent_path().string());
+  EXPECT_EQ(cfg2.train.init_from, first);
+  train(cfg2, second, false);
+  // The continued run starts where the first ended: its first loss is below the first run's.
+  EXPECT_LT(losses(second).front(), losses(first).front());
+
+  j = tiny_train_json();
+  j["model"]["d_ff"] = 96;
+  j["train"]["init_from"] = first;
+  auto other = train_config_from_json(j, "t", ".");
+  try {
+    train(other, temp_dir("other"), false);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(first), std::string::npos) << e.what();
+  }
+  fs::remove_all(first);
+  fs::remove_all(second);
+  fs::remove_all(temp_dir("other"));
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
       "min_lr_ratio",  "warmup",          "weight_decay",
       "beta1",         "beta2",           "clip",
       "seed",          "threads",         "offset_randomization",
-      "precision",     "log_every",       "eval_every",
+      "precision",     "log_every",       "eval_every",    "init_from",
       "eval_examples", "checkpoint_every"};
   json_read::check_keys(j, keys, where);
   TrainOptions t;
@@ -56,6 +56,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   read(j, "threads", t.threads, where);
   read(j, "offset_randomization", t.offset_randomization, where);
   read(j, "precision", t.precision, where);
+  read(j, "init_from", t.init_from, where);
   read(j, "log_every", t.log_every, where);
   read(j, "eval_every", t.eval_every, where);
   read(j, "eval_examples", t.eval_examples, where);
@@ -93,6 +94,7 @@ nlohmann::json train_options_to_json(const TrainOptions& t) {
           {"threads", t.threads},
           {"offset_randomization", t.offset_randomization},
           {"precision", t.precision},
+          {"init_from", t.init_from},
           {"log_every", t.log_every},
           {"eval_every", t.eval_every},
           {"eval_examples", t.eval_examples},
@@ -122,6 +124,11 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
   }
   c.task = task_config_from_json(j.at("task"), where + ": [task]");
   c.train = options_from_json(j.at("train"), where + ": [train]");
+  if (!c.train.init_from.empty()) {
+    std::filesystem::path p(c.train.init_from);
+    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+    c.train.init_from = p.lexically_normal().string();
+  }
   const int vocab = task_vocab(c.task).vocab_size();
   if (c.model.vocab_size != vocab)
     throw Error(where + ": [model] vocab_size is " + std::to_string(c.model.vocab_size) +

@@ -25,6 +25,10 @@ struct TrainOptions {
   // phases (the study's recommended mitigation); 0 = off.
   int offset_randomization = 0;
   std::string precision = "f32";  // f32 | bf16 (bf16 matmuls, f32 master weights)
+  // A model directory whose weights start the run instead of a fresh init (fine-tuning, e.g. with
+  // offset_randomization, or a second curriculum stage). Its config must equal [model]. A path
+  // relative to the TOML file; stored resolved. "" = fresh init.
+  std::string init_from;
   int log_every = 50;
   int eval_every = 500;
   int eval_examples = 256;

@@ -141,6 +141,17 @@ std::string duration(double s) {
 
 }  // namespace
 
+void init_from_model_dir(Decoder& model, const std::string& dir) {
+  Decoder src = load_model_dir(dir);
+  if (config_hash(src->cfg) != config_hash(model->cfg))
+    throw Error("init_from: the model in " + dir + " has config " + config_hash(src->cfg) +
+                ", not the [model] being trained (" + config_hash(model->cfg) +
+                "); compare " + dir + "/config.json with [model]");
+  torch::NoGradGuard no_grad;
+  auto dst = model->named_parameters();
+  for (const auto& p : src->named_parameters()) dst[p.key()].copy_(p.value());
+}
+
 double eval_accuracy(Decoder& model, const TaskConfig& task, int n, uint64_t seed, int modulus) {
   torch::NoGradGuard g;
   const int M = std::max(modulus, 1);
@@ -174,6 +185,8 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   torch::manual_seed(t.seed);
   Decoder model(cfg.model);
   model->init_weights(t.seed);
+  // A resumed run takes its weights from its checkpoint instead.
+  if (!t.init_from.empty() && !resume) init_from_model_dir(model, t.init_from);
   model->train();
   auto opt = make_optimizer(model, t);
   std::mt19937_64 rng(t.seed * 0x9E3779B97F4A7C15ull + 1);

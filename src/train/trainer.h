@@ -24,6 +24,10 @@ struct TrainResult {
 TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resume,
                   int stop_after = 0);
 
+// Copies the weights of the model directory `dir` into `model`. Throws phasekv::Error naming the
+// directory when it cannot be loaded or its config differs from `model`'s.
+void init_from_model_dir(Decoder& model, const std::string& dir);
+
 // Accuracy of the model on the target query of n fresh examples (seeded, disjoint from training
 // data by seed), each at a uniform phase mod M (M = offset_randomization or 1).
 double eval_accuracy(Decoder& model, const TaskConfig& task, int n, uint64_t seed, int modulus);
