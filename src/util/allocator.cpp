@@ -1,5 +1,9 @@
 #include "util/allocator.h"
 
+// Any C library header defines __GLIBC__ (through <features.h>); without one before the check
+// below, the check is always false and the settings silently compile away.
+#include <cstdlib>
+
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
