@@ -35,27 +35,8 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-TaskConfig small_task() {
-  TaskConfig c;
-  c.n_keys = 8;
-  c.n_values = 8;
-  c.n_filler = 8;
-  c.n_records = 3;
-  c.context_len = 24;
-  return c;
-}
-
-ModelConfig small_model_config() {
-  AttentionConfig a;
-  a.kind = AttentionKind::kChunked;
-  a.stride = 4;
-  a.width = 4;
-  a.n_win = 1;
-  ModelConfig cfg = test::tiny_config(a);
-  cfg.vocab_size = task_vocab(small_task()).vocab_size();
-  cfg.max_context = 40;
-  return cfg;
-}
+TaskConfig small_task() { return test::small_kv_task(); }
+ModelConfig small_model_config() { return test::small_kv_model_config(40); }
 
 fs::path temp_dir(const std::string& name) {
   static int counter = 0;

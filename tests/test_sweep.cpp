@@ -23,30 +23,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Vocabulary 5 + 8 + 8 + 8 = 29; a sweep context is context_len - 1 + M - 1 = 22 + M tokens.
-TaskConfig small_task() {
-  TaskConfig c;
-  c.n_keys = 8;
-  c.n_values = 8;
-  c.n_filler = 8;
-  c.n_records = 3;
-  c.n_queries = 1;
-  c.context_len = 24;
-  return c;
-}
+TaskConfig small_task() { return test::small_kv_task(); }
 
 // max_context 28 fits M = 4 (26 tokens) but not M = 8 (30 tokens).
-ModelConfig small_model_config() {
-  AttentionConfig a;
-  a.kind = AttentionKind::kChunked;
-  a.stride = 4;
-  a.width = 4;
-  a.n_win = 1;
-  ModelConfig cfg = test::tiny_config(a);
-  cfg.vocab_size = task_vocab(small_task()).vocab_size();
-  cfg.max_context = 28;
-  return cfg;
-}
+ModelConfig small_model_config() { return test::small_kv_model_config(28); }
 
 std::vector<std::string> read_lines(const std::string& path) {
   std::vector<std::string> lines;

@@ -5,6 +5,7 @@
 
 #include "config/model_config.h"
 #include "model/decoder.h"
+#include "train/tasks.h"
 
 namespace phasekv::test {
 
@@ -20,6 +21,31 @@ inline ModelConfig tiny_config(const AttentionConfig& a, int n_kv_heads = 2) {
   c.max_context = 512;
   c.layers.assign(2, a);
   return c;
+}
+
+// A small key-value task: vocabulary 5 + 8 + 8 + 8 = 29, 3 records, 24 tokens; a sweep context
+// is context_len - 1 + M - 1 = 22 + M tokens.
+inline TaskConfig small_kv_task() {
+  TaskConfig c;
+  c.n_keys = 8;
+  c.n_values = 8;
+  c.n_filler = 8;
+  c.n_records = 3;
+  c.context_len = 24;
+  return c;
+}
+
+// A tiny chunked model (S = W = 4, n_win 1) over small_kv_task()'s vocabulary.
+inline ModelConfig small_kv_model_config(int max_context) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 4;
+  a.n_win = 1;
+  ModelConfig cfg = tiny_config(a);
+  cfg.vocab_size = task_vocab(small_kv_task()).vocab_size();
+  cfg.max_context = max_context;
+  return cfg;
 }
 
 struct Variant {
