@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <set>
 
+#include "train/repeat_task.h"
 #include "util/error.h"
 #include "util/json_read.h"
 
@@ -40,7 +41,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
       "beta1",         "beta2",           "clip",
       "seed",          "threads",         "offset_randomization",
       "precision",     "log_every",       "eval_every",    "init_from",
-      "eval_examples", "checkpoint_every"};
+      "eval_examples", "checkpoint_every", "repeat_fraction"};
   json_read::check_keys(j, keys, where);
   TrainOptions t;
   read(j, "steps", t.steps, where);
@@ -57,6 +58,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   read(j, "offset_randomization", t.offset_randomization, where);
   read(j, "precision", t.precision, where);
   read(j, "init_from", t.init_from, where);
+  read(j, "repeat_fraction", t.repeat_fraction, where);
   read(j, "log_every", t.log_every, where);
   read(j, "eval_every", t.eval_every, where);
   read(j, "eval_examples", t.eval_examples, where);
@@ -73,6 +75,9 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   if (t.lr <= 0) throw Error(where + ": key 'lr' must be > 0");
   if (t.warmup < 0) throw Error(where + ": key 'warmup' must be >= 0");
   if (t.offset_randomization < 0) throw Error(where + ": key 'offset_randomization' must be >= 0");
+  if (!(t.repeat_fraction >= 0 && t.repeat_fraction <= 1))
+    throw Error(where + ": key 'repeat_fraction' is " + json(t.repeat_fraction).dump() +
+                " (allowed: a number in [0, 1])");
   if (t.precision != "f32" && t.precision != "bf16")
     throw Error(where + ": key 'precision' has value '" + t.precision + "' (allowed: f32|bf16)");
   return t;
@@ -95,6 +100,7 @@ nlohmann::json train_options_to_json(const TrainOptions& t) {
           {"offset_randomization", t.offset_randomization},
           {"precision", t.precision},
           {"init_from", t.init_from},
+          {"repeat_fraction", t.repeat_fraction},
           {"log_every", t.log_every},
           {"eval_every", t.eval_every},
           {"eval_examples", t.eval_examples},
@@ -134,6 +140,7 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
     throw Error(where + ": [model] vocab_size is " + std::to_string(c.model.vocab_size) +
                 " but the task's vocabulary has " + std::to_string(vocab) +
                 " tokens (5 specials + n_keys + n_values + n_filler)");
+  if (c.train.repeat_fraction > 0) check_repeat_lengths(c.task, where + ": [train]");
   c.source = {{"model", model_config_to_json(c.model)},
               {"task", task_config_to_json(c.task)},
               {"train", train_options_to_json(c.train)}};

@@ -29,6 +29,9 @@ struct TrainOptions {
   // offset_randomization, or a second curriculum stage). Its config must equal [model]. A path
   // relative to the TOML file; stored resolved. "" = fresh init.
   std::string init_from;
+  // Share of each batch given to repeated random sequences (dense induction targets, see
+  // train/repeat_task.h) instead of task examples; 0 = task only, 1 = a pure warm-up stage.
+  double repeat_fraction = 0.0;
   int log_every = 50;
   int eval_every = 500;
   int eval_examples = 256;

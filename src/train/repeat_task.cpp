@@ -1,0 +1,58 @@
+#include "train/repeat_task.h"
+
+#include <algorithm>
+#include <string>
+
+#include "util/error.h"
+
+namespace phasekv {
+
+namespace {
+int content_tokens(const TaskConfig& c) {
+  return task_vocab(c).vocab_size() - TaskVocab::kFirstKey;
+}
+int shortest(const TaskConfig& c) {
+  return c.min_context_len == 0 ? c.context_len : c.min_context_len;
+}
+}  // namespace
+
+RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len) {
+  const int n_content = content_tokens(c);
+  const int n = len / 2 - 1;
+  if (len % 2 != 0 || n < 2 || n > n_content)
+    throw Error("repeat sequence of length " + std::to_string(len) +
+                " (allowed: an even length from 6 to " + std::to_string(2 * n_content + 2) +
+                ", with distinct content tokens)");
+  // A partial Fisher-Yates shuffle draws n distinct content tokens.
+  std::vector<int32_t> pool(static_cast<size_t>(n_content));
+  for (int i = 0; i < n_content; ++i) pool[static_cast<size_t>(i)] = TaskVocab::kFirstKey + i;
+  // (Modulo, not std::uniform_int_distribution: the sequence must be the same with every
+  // standard library; the bias is below 1e-17 for these ranges.)
+  for (int i = 0; i < n; ++i) {
+    const int j = i + static_cast<int>(rng() % static_cast<uint64_t>(n_content - i));
+    std::swap(pool[static_cast<size_t>(i)], pool[static_cast<size_t>(j)]);
+  }
+  RepeatSequence out;
+  out.tokens.push_back(TaskVocab::kBos);
+  out.tokens.insert(out.tokens.end(), pool.begin(), pool.begin() + n);
+  out.tokens.push_back(TaskVocab::kQuery);
+  out.tokens.insert(out.tokens.end(), pool.begin(), pool.begin() + n);
+  for (int p = n + 1; p < len - 1; ++p) out.positions.push_back(p);
+  return out;
+}
+
+int draw_repeat_length(const TaskConfig& c, std::mt19937_64& rng) {
+  const int lo = shortest(c);
+  return (lo + static_cast<int>(rng() % static_cast<uint64_t>(c.context_len - lo + 1))) & ~1;
+}
+
+void check_repeat_lengths(const TaskConfig& c, const std::string& where) {
+  const int lo = shortest(c) & ~1, hi = c.context_len & ~1, most = 2 * content_tokens(c) + 2;
+  if (lo < 6 || hi > most)
+    throw Error(where + ": repeat_fraction > 0 needs task lengths in [6, " + std::to_string(most) +
+                "] (the repeated tokens are distinct: at most n_keys + n_values + n_filler = " +
+                std::to_string(content_tokens(c)) + " of them), but [task] gives [" +
+                std::to_string(shortest(c)) + ", " + std::to_string(c.context_len) + "]");
+}
+
+}  // namespace phasekv

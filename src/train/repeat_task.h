@@ -1,0 +1,39 @@
+// Repeated random sequences: an auxiliary training objective with dense induction targets.
+//
+// Retrieval of an adjacent `key value` pair by full attention needs two heads that only work
+// together: a previous-token head (each value learns which key precedes it) and an induction head
+// (the query key attends to the value whose previous token matches it). With the answer-only loss
+// of the kv task, the gradient towards this circuit is tiny until both exist, and small models sat
+// at the "unused value" shortcut for 8,000 steps (docs/FINDINGS.md). A repeated sequence
+// `<bos> s1 .. sn <q> s1 .. sn` gives every token of the repeat an induction target, the textbook
+// setting in which induction heads form. Chunked models can use the same circuit only through
+// their compressed entries, so both models of a comparison get the same data.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "train/tasks.h"
+
+namespace phasekv {
+
+struct RepeatSequence {
+  std::vector<int32_t> tokens;  // <bos> s1 .. sn <q> s1 .. sn
+  std::vector<int> positions;   // the loss positions: tokens[p + 1] is predictable from the first copy
+};
+
+// A sequence of `len` tokens (len even, >= 6): n = len / 2 - 1 distinct content tokens (keys,
+// values and fillers of `c`'s vocabulary, so the same embeddings are trained) and their repeat.
+// The loss covers <q> -> s1 and every token of the repeat but the last.
+RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len);
+
+// The task's training lengths, uniform in [min_context_len (or context_len), context_len], rounded
+// down to even: repeat rows are as long as the task rows they replace.
+int draw_repeat_length(const TaskConfig& c, std::mt19937_64& rng);
+
+// Throws phasekv::Error (naming `where`) unless every length draw_repeat_length can return
+// builds a sequence: at least 6 tokens, and no more distinct tokens than the vocabulary has.
+void check_repeat_lengths(const TaskConfig& c, const std::string& where);
+
+}  // namespace phasekv

@@ -1,0 +1,101 @@
+// The repeat objective (train/repeat_task.h): sequence shape, loss positions, determinism, errors,
+// and the [train] key that mixes it into batches.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "train/repeat_task.h"
+#include "train/train_config.h"
+#include "util/error.h"
+
+namespace phasekv {
+namespace {
+
+TaskConfig small_task() {
+  TaskConfig c;
+  c.n_keys = 4;
+  c.n_values = 4;
+  c.n_filler = 4;  // 12 content tokens
+  c.n_records = 2;
+  c.context_len = 20;
+  return c;
+}
+
+TEST(RepeatTask, SecondHalfRepeatsDistinctContentTokensAndEveryRepeatTokenIsATarget) {
+  const TaskConfig c = small_task();
+  const TaskVocab v = task_vocab(c);
+  std::mt19937_64 rng(7);
+  const RepeatSequence r = sample_repeat_sequence(c, rng, 20);
+  const int n = 9;
+  ASSERT_EQ(r.tokens.size(), 20u);
+  EXPECT_EQ(r.tokens[0], TaskVocab::kBos);
+  EXPECT_EQ(r.tokens[n + 1], TaskVocab::kQuery);
+  std::set<int32_t> seen;
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = r.tokens[static_cast<size_t>(1 + i)];
+    EXPECT_TRUE(v.is_key(t) || v.is_value(t) || v.is_filler(t)) << t;
+    EXPECT_TRUE(seen.insert(t).second) << "token " << t << " drawn twice";
+    EXPECT_EQ(r.tokens[static_cast<size_t>(n + 2 + i)], t) << "repeat differs at " << i;
+  }
+  // <q> predicts s1, then each repeat token predicts the next; the last token predicts nothing.
+  std::vector<int> want;
+  for (int p = n + 1; p <= 18; ++p) want.push_back(p);
+  EXPECT_EQ(r.positions, want);
+}
+
+TEST(RepeatTask, SameRngSameSequenceAndDifferentSeedsDiffer) {
+  const TaskConfig c = small_task();
+  std::mt19937_64 a(1), b(1), other(2);
+  const auto x = sample_repeat_sequence(c, a, 16), y = sample_repeat_sequence(c, b, 16),
+             z = sample_repeat_sequence(c, other, 16);
+  EXPECT_EQ(x.tokens, y.tokens);
+  EXPECT_NE(x.tokens, z.tokens);
+}
+
+TEST(RepeatTask, LengthsItCannotBuildAreErrors) {
+  const TaskConfig c = small_task();
+  std::mt19937_64 rng(0);
+  for (int len : {4, 15, 28}) {  // too short, odd, more distinct tokens (13) than the 12 there are
+    try {
+      sample_repeat_sequence(c, rng, len);
+      FAIL() << "no error for length " << len;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("length " + std::to_string(len)), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(sample_repeat_sequence(c, rng, 26).tokens.size(), 26u);  // 12 distinct: the maximum
+}
+
+TEST(RepeatTask, RepeatFractionIsReadAndRangeChecked) {
+  auto j = nlohmann::json::parse(R"({
+    "model": {"vocab_size": 29, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,
+              "head_dim": 16, "d_ff": 64, "max_context": 64},
+    "task": {"name": "kv", "n_keys": 8, "n_values": 8, "n_filler": 8, "n_records": 2,
+             "context_len": 16},
+    "train": {"repeat_fraction": 0.25}})");
+  EXPECT_DOUBLE_EQ(train_config_from_json(j, "t.toml", ".").train.repeat_fraction, 0.25);
+  j["train"]["repeat_fraction"] = 1.5;
+  try {
+    train_config_from_json(j, "t.toml", ".");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'repeat_fraction' is 1.5"), std::string::npos)
+        << e.what();
+  }
+  // 24 content tokens allow repeats of at most 50 tokens; a 60-token task cannot be mirrored.
+  j["train"]["repeat_fraction"] = 0.5;
+  j["task"]["context_len"] = 60;
+  try {
+    train_config_from_json(j, "t.toml", ".");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("t.toml: [train]: repeat_fraction > 0 needs task "
+                                         "lengths in [6, 50]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace phasekv
