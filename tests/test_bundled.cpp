@@ -1,7 +1,7 @@
 // The bundled models (models/, trained by scripts/train-bundled.sh from configs/train/) must show
 // what the README's first command promises, here on a smaller sweep through the real CLI:
 //  - the chunked model (S = 4) has a weak spot whose gap CI excludes 0, with detected period 4;
-//  - the full-attention control shows no significant period (and, once it retrieves, retrieves);
+//  - the full-attention control retrieves (mean > shortcut + 0.5) and shows no significant period;
 //  - `phasekv serve` + a blind `phasekv audit` (no stride given) find period 4 and predict exactly
 //    what the in-process sweep predicts for the same examples.
 // If these fail after retraining, the models or the method are wrong: do not tune the statistics.
@@ -86,20 +86,13 @@ TEST(Bundled, ChunkedModelHasAPeriod4WeakSpot) {
   fs::remove_all(dir);
 }
 
-TEST(Bundled, FullAttentionControlHasNoSignificantPeriod) {
+// The control must retrieve (well above the no-retrieval shortcut, 1/3) and be flat: otherwise the
+// comparison with the chunked model means nothing. One sweep checks both.
+TEST(Bundled, FullAttentionControlRetrievesAndHasNoSignificantPeriod) {
   const fs::path dir = fresh_dir("full");
   const json s = sweep("kv-full", dir / "sweep", 150);
+  EXPECT_GT(s["mean_acc"].get<double>(), s["meta"]["shortcut_ceiling"].get<double>() + 0.5);
   EXPECT_GE(s["period"]["p_value"].get<double>(), 0.05);
-  fs::remove_all(dir);
-}
-
-// What the issue asks of the control and the bundled one does not do yet: it sits at the
-// no-retrieval shortcut (docs/FINDINGS.md, "The full-attention control does not retrieve yet").
-// Disabled, not deleted: gtest lists it as DISABLED in every run until a retrained control passes.
-TEST(Bundled, DISABLED_FullAttentionControlRetrieves) {
-  const fs::path dir = fresh_dir("full_retrieves");
-  const json s = sweep("kv-full", dir / "sweep", 150);
-  EXPECT_GT(s["mean_acc"].get<double>(), s["meta"]["shortcut_ceiling"].get<double>() + 0.3);
   fs::remove_all(dir);
 }
 
