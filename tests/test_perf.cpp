@@ -125,7 +125,7 @@ TEST(PerfTrain, Bf16TrainingReducesTheLossAndRecordsItsPrecision) {
 }
 
 // Decode never recomputes a finished entry: a marker written into entry 0 survives the later
-// steps that pool new entries (they append; the old entries are only copied).
+// steps that pool new entries (they append in place; a regrowth only copies the old entries).
 TEST(PerfStream, DecodeNeverRecomputesFinishedEntries) {
   auto cfg = stream_model(/*chunked=*/true, 64, 1);
   cfg.layers[0].n_win = 4;
@@ -140,14 +140,56 @@ TEST(PerfStream, DecodeNeverRecomputesFinishedEntries) {
   ASSERT_EQ(c.n_entries(), 10);
   {
     c10::InferenceMode guard;  // the session's tensors may be inference tensors
-    c.ent_k.narrow(2, 0, 1).fill_(3.0);
-    c.ent_v.narrow(2, 0, 1).fill_(-2.0);
+    c.entry_keys().narrow(2, 0, 1).fill_(3.0);
+    c.entry_values().narrow(2, 0, 1).fill_(-2.0);
   }
   for (int i = 0; i < 9; ++i) s.decode(i);
   const auto& after = s.caches()[0];
   EXPECT_EQ(after.n_entries(), 12);
-  EXPECT_TRUE(torch::all(after.ent_k.narrow(2, 0, 1) == 3.0).item<bool>());
-  EXPECT_TRUE(torch::all(after.ent_v.narrow(2, 0, 1) == -2.0).item<bool>());
+  EXPECT_TRUE(torch::all(after.entry_keys().narrow(2, 0, 1) == 3.0).item<bool>());
+  EXPECT_TRUE(torch::all(after.entry_values().narrow(2, 0, 1) == -2.0).item<bool>());
+}
+
+// Bytes (and tensor allocations) one decode step allocates, averaged over `steps` steps after
+// a prefill of `context` tokens. The session reserves its final length first, as the benchmark
+// does, so no step regrows a buffer.
+AllocStats decode_allocations(const ModelConfig& cfg, int64_t context, int steps) {
+  Decoder m(cfg);
+  m->init_weights(3);
+  m->eval();
+  Session s(m);
+  s.reserve(context + 2 + steps);
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < context; ++i) prompt.push_back((i * 13) % cfg.vocab_size);
+  for (int64_t i = 0; i < context; i += 128)
+    s.feed({prompt.begin() + i, prompt.begin() + std::min<int64_t>(i + 128, context)});
+  for (int i = 0; i < 2; ++i) s.decode(i);
+  AllocCounter counter;
+  for (int i = 0; i < steps; ++i) s.decode(i % cfg.vocab_size);
+  auto st = counter.stats();
+  return {st.count / steps, st.bytes / steps};
+}
+
+// The cache grows in place and the decode scores live in reusable scratch: what a decode step
+// allocates does not depend on the context. (Before, every step concatenated a new copy of the
+// raw cache, every S-th step one of the entries, and the scores were fresh [G, E + R] tensors:
+// here full attention allocated about 1 KB more per step for every token of context, i.e.
+// ~0.75 MB more at T = 1024 than at T = 256. Fresh score tensors alone add 48 KB: a first version
+// of this change sent full attention's decode down the masked prefill path, and this test failed.)
+TEST(PerfStream, DecodeAllocationsDoNotGrowWithContext) {
+  for (bool is_chunked : {false, true}) {
+    const auto cfg = stream_model(is_chunked, 64, 2);
+    const int steps = 16;  // a multiple of S: as many pooling steps at both contexts
+    auto at256 = decode_allocations(cfg, 256, steps);
+    auto at1024 = decode_allocations(cfg, 1024, steps);
+    const char* kind = is_chunked ? "chunked" : "full";
+    EXPECT_EQ(at1024.count, at256.count) << kind;
+    EXPECT_LE(std::abs(at1024.bytes - at256.bytes), 256)
+        << kind << ": " << at256.bytes << " B/token at T=256, " << at1024.bytes << " at T=1024";
+    // Nothing proportional to the cache is copied: a step allocates far less than full
+    // attention's cache at T = 1024 (2 layers x 1024 tokens x 512 B = 1 MB).
+    EXPECT_LT(at1024.bytes, 128 * 1024) << kind;
+  }
 }
 
 TEST(PerfStream, MeasuredCacheBytesEqualTheory) {

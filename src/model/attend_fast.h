@@ -30,8 +30,9 @@ torch::Tensor attend_fast(const AttentionConfig& a, const torch::Tensor& q,
                           const torch::Tensor& ev, const torch::Tensor& rk, const torch::Tensor& rv,
                           const torch::Tensor& r_pos, const torch::Tensor& sink);
 
-// Which core AttentionImpl::forward (the full-sequence forward) uses. Process-wide; tests and
-// benchmarks switch to kReference to compare. forward_cached always uses the reference.
+// Which core AttentionImpl::forward (the full-sequence forward) uses: attend_fast or the reference;
+// and forward_cached (the streaming session): attend_cached (model/attend_cached.h) or the
+// reference. Process-wide; tests and benchmarks switch to kReference to compare.
 enum class AttentionPath { kReference, kFast };
 void set_attention_path(AttentionPath p);
 AttentionPath attention_path();

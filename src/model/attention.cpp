@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/attend_cached.h"
 #include "model/attend_fast.h"
 #include "model/visibility.h"
 
@@ -125,40 +126,57 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& 
   auto opts = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   auto pos = torch::arange(t0, t_end, opts);
   auto p = project(x, pos);
-  if (comp) {
-    if (c.pending.length() == 0) c.pending_start = t0;
-    c.pending = c.pending.append(comp->project(x, p.k_lin, p.v_lin));
-    const int64_t done = c.n_entries(), complete = t_end / cfg.stride;
-    if (complete > done) {
-      auto [k, v] = comp->pool(c.pending, c.pending_start, done, complete);
-      c.ent_k = c.ent_k.defined() ? torch::cat({c.ent_k, k}, 2) : k;
-      c.ent_v = c.ent_v.defined() ? torch::cat({c.ent_v, v}, 2) : v;
-    }
-    // The next entry's window starts at complete*S + S - W; older projected tokens are done.
-    const int64_t keep = std::max<int64_t>(0, complete * cfg.stride + cfg.stride - cfg.width);
-    if (keep > c.pending_start) {
-      c.pending = c.pending.slice_from(std::min(keep - c.pending_start, c.pending.length()));
-      c.pending_start = keep;
-    }
-  }
+  if (comp) extend_entries(x, p, c, t_end);
   if (uses_raw()) {
-    c.raw_k = c.raw_k.defined() ? torch::cat({c.raw_k, p.k}, 2) : p.k;
-    c.raw_v = c.raw_v.defined() ? torch::cat({c.raw_v, p.v}, 2) : p.v;
-    c.raw_pos = c.raw_pos.defined() ? torch::cat({c.raw_pos, pos}) : pos;
+    c.raw_k.append(p.k);
+    c.raw_v.append(p.v);
   }
-  auto out = attend_reference(cfg, p.q, pos, c.ent_k, c.ent_v, c.raw_k, c.raw_v, c.raw_pos, sink);
+  CachedKeys keys{c.entry_keys(), c.entry_values(), c.raw_keys(), c.raw_values(), c.raw_start};
+  torch::Tensor out;
+  if (attention_path() == AttentionPath::kFast) {
+    out = attend_cached(cfg, p.q, t0, keys, sink, c.scratch);
+  } else {  // the masked reference, for comparisons
+    auto r_pos = torch::arange(c.raw_start, c.raw_start + c.n_raw(), opts);
+    out = attend_reference(cfg, p.q, pos, keys.ek, keys.ev, keys.rk, keys.rv, r_pos, sink);
+  }
   c.n_tokens = t_end;
-  if (c.n_raw() > 0) {
-    const int64_t from = raw_keep_from(cfg, t_end);
-    const int64_t first = c.raw_pos[0].item<int64_t>();
-    if (from > first) {
-      const int64_t drop = std::min(from - first, c.n_raw());
-      c.raw_k = c.raw_k.narrow(2, drop, c.n_raw() - drop).contiguous();
-      c.raw_v = c.raw_v.narrow(2, drop, c.raw_v.size(2) - drop).contiguous();
-      c.raw_pos = c.raw_pos.narrow(0, drop, c.raw_pos.size(0) - drop).contiguous();
-    }
-  }
+  if (uses_raw()) c.drop_raw_before(raw_keep_from(cfg, t_end));
   return output(out);
+}
+
+// Pools the entries completed by tokens up to t_end (only the new ones: finished entries are
+// never recomputed) and keeps the projected tokens the next entries still need.
+void AttentionImpl::extend_entries(const torch::Tensor& x, const Projected& p, LayerCache& c,
+                                   int64_t t_end) {
+  if (c.pending.length() == 0) c.pending_start = c.n_tokens;
+  c.pending.append(comp->project(x, p.k_lin, p.v_lin));
+  const int64_t done = c.n_entries(), complete = t_end / cfg.stride;
+  if (complete > done) {
+    auto [k, v] = comp->pool(c.pending.tokens(), c.pending_start, done, complete);
+    c.ent_k.append(k);
+    c.ent_v.append(v);
+  }
+  // The next entry's window starts at complete*S + S - W; older projected tokens are done.
+  const int64_t keep = std::max<int64_t>(0, complete * cfg.stride + cfg.stride - cfg.width);
+  if (keep > c.pending_start) {
+    c.pending.drop_front(std::min(keep - c.pending_start, c.pending.length()));
+    c.pending_start = keep;
+  }
+}
+
+void AttentionImpl::reserve(LayerCache& c, int64_t n_tokens) const {
+  // Only the parts that grow with the context; the sliding raw window and the pending tokens
+  // settle at a fixed capacity after their first few feeds.
+  if (cfg.kind == AttentionKind::kFull) {
+    c.raw_k.reserve(n_tokens);
+    c.raw_v.reserve(n_tokens);
+  }
+  const int64_t entries = comp ? n_tokens / cfg.stride : 0;
+  c.ent_k.reserve(entries);
+  c.ent_v.reserve(entries);
+  // Decode scores: one row per query head, a column per visible key and the sink.
+  const int64_t raw = uses_raw() ? n_tokens - raw_keep_from(cfg, n_tokens) + 1 : 0;
+  c.scratch.reserve(n_heads * (entries + raw + 1));
 }
 
 }  // namespace phasekv

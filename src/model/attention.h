@@ -27,6 +27,9 @@ struct AttentionImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   // Streaming: x holds the next tokens, at positions cache.n_tokens onwards; updates the cache.
   torch::Tensor forward_cached(const torch::Tensor& x, LayerCache& cache);
+  // Capacity in the cache for n_tokens tokens in total (the parts that grow with the context, and
+  // the decode scratch), so that a caller that knows the final length avoids regrowing.
+  void reserve(LayerCache& cache, int64_t n_tokens) const;
 
   AttentionConfig cfg;
   int64_t n_heads, n_kv, head_dim;
@@ -46,6 +49,7 @@ struct AttentionImpl : torch::nn::Module {
   };
   Projected project(const torch::Tensor& x, const torch::Tensor& positions);
   torch::Tensor output(const torch::Tensor& heads);  // [B, H, T, hd] -> [B, T, D]
+  void extend_entries(const torch::Tensor& x, const Projected& p, LayerCache& c, int64_t t_end);
   bool uses_raw() const;
 };
 TORCH_MODULE(Attention);

@@ -4,21 +4,6 @@
 
 namespace phasekv {
 
-CompressorTokens CompressorTokens::slice_from(int64_t t0) const {
-  auto cut = [&](const torch::Tensor& x) {
-    return x.defined() ? x.narrow(1, t0, x.size(1) - t0) : x;
-  };
-  return {cut(pk), cut(pv), cut(gk), cut(gv)};
-}
-
-CompressorTokens CompressorTokens::append(const CompressorTokens& more) const {
-  if (length() == 0) return more;
-  auto cat = [](const torch::Tensor& a, const torch::Tensor& b) {
-    return a.defined() ? torch::cat({a, b}, 1) : a;
-  };
-  return {cat(pk, more.pk), cat(pv, more.pv), cat(gk, more.gk), cat(gv, more.gv)};
-}
-
 int64_t CompressorTokens::bytes() const {
   int64_t total = 0;
   for (const auto* t : {&pk, &pv, &gk, &gv})

@@ -19,8 +19,6 @@ struct CompressorTokens {
   torch::Tensor gk, gv;  // gate scores per slot, bias included: scalar [B,T,W,Hkv], vector
                          // [B,T,W,Hkv,hd]; undefined for the mean gate; gv undefined when tied
   int64_t length() const { return pk.defined() ? pk.size(1) : 0; }
-  CompressorTokens slice_from(int64_t t0) const;  // tokens [t0, length())
-  CompressorTokens append(const CompressorTokens& more) const;
   int64_t bytes() const;
 };
 

@@ -1,17 +1,38 @@
 #include "model/kv_cache.h"
 
-namespace phasekv {
-namespace {
-int64_t tensor_bytes(const torch::Tensor& t) {
-  return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
-}
-}  // namespace
+#include <algorithm>
 
-int64_t LayerCache::raw_bytes() const {
-  return tensor_bytes(raw_k) + tensor_bytes(raw_v);
+namespace phasekv {
+
+void PendingTokens::append(const CompressorTokens& t) {
+  pk.append(t.pk);
+  pv.append(t.pv);
+  if (t.gk.defined()) gk.append(t.gk);
+  if (t.gv.defined()) gv.append(t.gv);
 }
-int64_t LayerCache::entry_bytes() const {
-  return tensor_bytes(ent_k) + tensor_bytes(ent_v);
+
+void PendingTokens::drop_front(int64_t n) {
+  for (auto* b : {&pk, &pv, &gk, &gv})
+    if (b->defined()) b->drop_front(n);
+}
+
+CompressorTokens PendingTokens::tokens() const {
+  return {pk.view(), pv.view(), gk.view(), gv.view()};
+}
+
+int64_t PendingTokens::used_bytes() const {
+  return pk.used_bytes() + pv.used_bytes() + gk.used_bytes() + gv.used_bytes();
+}
+
+int64_t PendingTokens::reserved_bytes() const {
+  return pk.reserved_bytes() + pv.reserved_bytes() + gk.reserved_bytes() + gv.reserved_bytes();
+}
+
+void LayerCache::drop_raw_before(int64_t from) {
+  const int64_t drop = std::clamp<int64_t>(from - raw_start, 0, n_raw());
+  raw_k.drop_front(drop);
+  raw_v.drop_front(drop);
+  raw_start += drop;
 }
 
 }  // namespace phasekv

@@ -1,28 +1,59 @@
 // The streaming cache of one attention layer: raw keys/values of the tokens still visible raw,
 // the compressed entries emitted so far, and the compressor's partial window (projected tokens
 // not yet pooled into every entry they belong to; with W > S a token feeds ceil(W/S) entries).
+//
+// Every part lives in a SeqBuffer (model/seq_buffer.h), written in place: a decode step copies
+// only its own token (and, every S tokens, one entry) into spare capacity, instead of
+// concatenating a new copy of the cache. The accessors return views of the used parts.
 #pragma once
 #include <torch/torch.h>
 
 #include "model/compressor.h"
+#include "model/seq_buffer.h"
 
 namespace phasekv {
 
+// The compressor's projected tokens, one SeqBuffer per CompressorTokens field (time is dim 1).
+struct PendingTokens {
+  SeqBuffer pk{1}, pv{1}, gk{1}, gv{1};
+
+  int64_t length() const { return pk.length(); }
+  void append(const CompressorTokens& t);
+  void drop_front(int64_t n);
+  CompressorTokens tokens() const;  // views of the used parts
+  int64_t used_bytes() const;
+  int64_t reserved_bytes() const;
+};
+
 struct LayerCache {
-  torch::Tensor raw_k, raw_v;  // [B, Hkv, R, hd], RoPE applied (raw_k)
-  torch::Tensor raw_pos;       // [R] int64 absolute positions
-  torch::Tensor ent_k, ent_v;  // [B, Hkv, E, hd]: entries 0 .. E-1, finished
-  CompressorTokens pending;    // projected tokens from absolute position pending_start on
+  SeqBuffer raw_k{2}, raw_v{2};  // [B, Hkv, R, hd], RoPE applied (raw_k)
+  int64_t raw_start = 0;         // absolute position of raw token 0; raw tokens are consecutive
+  SeqBuffer ent_k{2}, ent_v{2};  // [B, Hkv, E, hd]: entries 0 .. E-1, finished
+  PendingTokens pending;         // projected tokens from absolute position pending_start on
   int64_t pending_start = 0;
   int64_t n_tokens = 0;  // tokens seen so far (= next absolute position)
+  Scratch scratch;       // the decode step's scores (model/attend_cached.h)
 
-  int64_t n_entries() const { return ent_k.defined() ? ent_k.size(2) : 0; }
-  int64_t n_raw() const { return raw_k.defined() ? raw_k.size(2) : 0; }
-  // Bytes held, by part.
-  int64_t raw_bytes() const;
-  int64_t entry_bytes() const;
-  int64_t pending_bytes() const { return pending.bytes(); }
+  int64_t n_entries() const { return ent_k.length(); }
+  int64_t n_raw() const { return raw_k.length(); }
+  torch::Tensor entry_keys() const { return ent_k.view(); }
+  torch::Tensor entry_values() const { return ent_v.view(); }
+  torch::Tensor raw_keys() const { return raw_k.view(); }
+  torch::Tensor raw_values() const { return raw_v.view(); }
+  // Drops the raw tokens before absolute position `from` (no copy).
+  void drop_raw_before(int64_t from);
+
+  // Bytes in use, by part: what the retention rules say the cache holds.
+  int64_t raw_bytes() const { return raw_k.used_bytes() + raw_v.used_bytes(); }
+  int64_t entry_bytes() const { return ent_k.used_bytes() + ent_v.used_bytes(); }
+  int64_t pending_bytes() const { return pending.used_bytes(); }
   int64_t bytes() const { return raw_bytes() + entry_bytes() + pending_bytes(); }
+  // Bytes allocated, by part: the used bytes plus spare capacity (up to 2x with doubling, a few
+  // windows for the sliding raw window), and the decode scratch.
+  int64_t raw_reserved_bytes() const { return raw_k.reserved_bytes() + raw_v.reserved_bytes(); }
+  int64_t entry_reserved_bytes() const { return ent_k.reserved_bytes() + ent_v.reserved_bytes(); }
+  int64_t pending_reserved_bytes() const { return pending.reserved_bytes(); }
+  int64_t scratch_bytes() const { return scratch.bytes(); }
 };
 
 }  // namespace phasekv

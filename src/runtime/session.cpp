@@ -33,6 +33,19 @@ std::vector<LayerBytes> Session::cache_bytes() const {
   return out;
 }
 
+std::vector<LayerBytes> Session::reserved_bytes() const {
+  std::vector<LayerBytes> out;
+  for (const auto& c : caches_)
+    out.push_back({c.raw_reserved_bytes(), c.entry_reserved_bytes(), c.pending_reserved_bytes(),
+                   c.scratch_bytes()});
+  return out;
+}
+
+void Session::reserve(int64_t n_tokens) {
+  for (size_t i = 0; i < caches_.size(); ++i)
+    model_->blocks[i]->attn->reserve(caches_[i], n_tokens);
+}
+
 LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, int64_t T,
                               int64_t elem) {
   const int64_t kv = m.n_kv_heads * m.head_dim;

@@ -11,7 +11,8 @@ namespace phasekv {
 
 struct LayerBytes {
   int64_t raw = 0, entries = 0, pending = 0;
-  int64_t total() const { return raw + entries + pending; }
+  int64_t scratch = 0;  // reserved bytes only: the decode step's reusable scores
+  int64_t total() const { return raw + entries + pending + scratch; }
 };
 
 class Session {
@@ -23,7 +24,13 @@ class Session {
   // One token; returns its logits [V].
   torch::Tensor decode(int64_t token);
   int64_t position() const { return caches_.empty() ? 0 : caches_[0].n_tokens; }
+  // Bytes the caches use: what cache_bytes_theory predicts.
   std::vector<LayerBytes> cache_bytes() const;
+  // Bytes the caches have allocated: the used bytes, spare capacity and the decode scratch.
+  std::vector<LayerBytes> reserved_bytes() const;
+  // Capacity for n_tokens tokens in total, allocated up front: a caller that knows the final
+  // length gets no regrowth and no doubling slack (reserved close to used).
+  void reserve(int64_t n_tokens);
   const std::vector<LayerCache>& caches() const { return caches_; }
   void reset();
 
