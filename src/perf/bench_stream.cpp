@@ -18,16 +18,20 @@ nlohmann::json to_json(const StreamResult& r, const char* kind) {
           {"cache_bytes", r.cache_bytes},
           {"theory_bytes", r.theory_bytes},
           {"cache_over_theory", double(r.cache_bytes) / double(r.theory_bytes)},
+          {"reserved_bytes", r.reserved_bytes},
+          {"reserved_over_theory", double(r.reserved_bytes) / double(r.theory_bytes)},
           {"allocs_per_token", r.allocs_per_token},
           {"alloc_bytes_per_token", r.alloc_bytes_per_token}};
 }
 
 void print_row(const StreamResult& r, const char* kind) {
   fmt::print(
-      "{:>7} {:<8} {:>9.2f} {:>9.2f} {:>8.0f} {:>9.2f} {:>9.2f} {:>7.4f} {:>8.1f} {:>10.1f}\n",
+      "{:>7} {:<8} {:>9.2f} {:>9.2f} {:>8.0f} {:>9.2f} {:>9.2f} {:>7.4f} {:>9.2f} {:>7.4f} "
+      "{:>8.1f} {:>10.1f}\n",
       r.context, kind, r.prefill_s, r.decode_s_per_token * 1e3, 1.0 / r.decode_s_per_token,
       r.cache_bytes / 1048576.0, r.theory_bytes / 1048576.0,
-      double(r.cache_bytes) / double(r.theory_bytes), r.allocs_per_token,
+      double(r.cache_bytes) / double(r.theory_bytes), r.reserved_bytes / 1048576.0,
+      double(r.reserved_bytes) / double(r.theory_bytes), r.allocs_per_token,
       r.alloc_bytes_per_token / 1024.0);
 }
 
@@ -39,11 +43,12 @@ nlohmann::json bench_stream(const BenchOptions& o) {
   fmt::print(
       "== Streaming (Session): d_model {}, {} layers, 4 heads / 1 KV head of 64; chunked "
       "S=4 W=8 n_win=128; prefill chunks of {}, {} timed decode steps, {} threads, load "
-      "{:.1f}\n",
+      "{:.1f}\n(cache MB: bytes in use; reserv MB: allocated, after Session::reserve(final "
+      "length), decode scratch included)\n",
       o.stream_d_model, o.stream_layers, o.chunk, o.decode_tokens, o.threads, load_average());
-  fmt::print("{:>7} {:<8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>7} {:>8} {:>10}\n", "context", "kind",
-             "prefill s", "ms/token", "tok/s", "cache MB", "theory MB", "/theory", "allocs/t",
-             "alloc KB/t");
+  fmt::print("{:>7} {:<8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8} {:>10}\n",
+             "context", "kind", "prefill s", "ms/token", "tok/s", "cache MB", "theory MB",
+             "/theory", "reserv MB", "/theory", "allocs/t", "alloc KB/t");
   nlohmann::json rows = nlohmann::json::array(), ratios = nlohmann::json::array();
   std::vector<double> xs, prefill_full, prefill_chunked;
   std::vector<std::pair<StreamResult, StreamResult>> pairs;

@@ -39,6 +39,8 @@ StreamResult run_stream(const ModelConfig& model, int64_t context, int64_t chunk
   m->init_weights(seed);
   m->eval();
   Session session(m);
+  const int steps = std::max(decode_tokens, 1);
+  session.reserve(context + 2 + steps);
   std::mt19937_64 rng(seed);
   auto next = [&] { return static_cast<int64_t>(rng() % static_cast<uint64_t>(model.vocab_size)); };
   StreamResult r;
@@ -57,15 +59,15 @@ StreamResult run_stream(const ModelConfig& model, int64_t context, int64_t chunk
   {
     for (int i = 0; i < 2; ++i) session.decode(next());
     AllocCounter counter;
-    auto timed = time_runs([&] { session.decode(next()); }, 0, std::max(decode_tokens, 1));
+    auto timed = time_runs([&] { session.decode(next()); }, 0, steps);
     allocs = counter.stats();
     r.decode_s_per_token = timed.min_s;
     r.decode_median_s = timed.median_s;
   }
-  const double steps = std::max(decode_tokens, 1);
   r.allocs_per_token = double(allocs.count) / steps;
   r.alloc_bytes_per_token = double(allocs.bytes) / steps;
   for (const auto& b : session.cache_bytes()) r.cache_bytes += b.total();
+  for (const auto& b : session.reserved_bytes()) r.reserved_bytes += b.total();
   for (const auto& a : model.layers)
     r.theory_bytes += cache_bytes_theory(model, a, session.position(), 4).total();
   return r;

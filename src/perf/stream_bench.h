@@ -16,12 +16,15 @@ struct StreamResult {
   double decode_s_per_token = 0;  // fastest of the timed decode steps (the machine is shared)
   double decode_median_s = 0;
   int64_t cache_bytes = 0;      // Session::cache_bytes() summed over layers, after the decode
+  int64_t reserved_bytes = 0;   // Session::reserved_bytes(): allocated, decode scratch included
   int64_t theory_bytes = 0;     // cache_bytes_theory at the same position, summed over layers
   double allocs_per_token = 0;  // CPU tensor allocations per decode step (steady state)
   double alloc_bytes_per_token = 0;
 };
 
-// Random tokens (seeded); decode_tokens >= 1 timed steps after two untimed ones.
+// Random tokens (seeded); decode_tokens >= 1 timed steps after two untimed ones. The session
+// reserves the final length (context + 2 + decode_tokens) before the prefill, so the caches never
+// regrow and hold little spare capacity.
 StreamResult run_stream(const ModelConfig& model, int64_t context, int64_t chunk, int decode_tokens,
                         uint64_t seed);
 
