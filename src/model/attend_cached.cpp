@@ -10,10 +10,10 @@
 namespace phasekv {
 namespace {
 
-// A prefill block's scores take at most about this much memory: below glibc's 32 MiB mmap
-// threshold (src/util/allocator.cpp), so that the blocks reuse heap memory instead of
-// page-faulting a fresh mapping each (full attention at 64K: 256 rows x 64K keys x 4 heads would
-// be 256 MB).
+// A prefill block's scores take about this much memory (more when kMinBlockRows rows need more:
+// 16 MB for full attention at 64K): below glibc's 32 MiB mmap threshold (src/util/allocator.cpp),
+// so that the blocks reuse heap memory instead of page-faulting a fresh mapping each (a whole
+// 256-row chunk at 64K would be 256 rows x 64K keys x 4 heads = 256 MB).
 constexpr int64_t kBlockScoreBytes = 8 << 20;
 // Fewer rows make the score GEMMs inefficient; more only add masked work.
 constexpr int64_t kMinBlockRows = 16, kMaxBlockRows = 256;
