@@ -2,12 +2,16 @@
 
 #include <cstdio>
 
+#include "util/allocator.h"
 #include "util/error.h"
 
 namespace phasekv {
 
 nlohmann::json run_torch_reference(const TorchReference& ref, const std::string& args) {
-  const std::string cmd = "'" + ref.python + "' '" + ref.script + "' " + args;
+  // Same heap settings as this process, or the comparison measures glibc's munmap, not the step.
+  const std::string tunables = glibc_tunables_for_children();
+  const std::string cmd = (tunables.empty() ? "" : "GLIBC_TUNABLES='" + tunables + "' ") + "'" +
+                          ref.python + "' '" + ref.script + "' " + args;
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) throw Error("could not start the PyTorch reference: " + cmd);
   std::string out;

@@ -10,13 +10,29 @@
 
 namespace phasekv {
 
+namespace {
+// 32 MiB is the largest mmap threshold glibc accepts on 64-bit (a larger tunable is ignored);
+// larger blocks still use mmap. Do not trim the heap top back to the OS after each step, and grow
+// it in large steps.
+constexpr int kMmapThreshold = 32 << 20, kTrimThreshold = 1 << 30, kTopPad = 64 << 20;
+}  // namespace
+
 void keep_freed_memory_in_heap() {
 #if defined(__GLIBC__)
-  // 32 MiB is the largest mmap threshold glibc accepts on 64-bit; larger blocks still use mmap.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  // Do not trim the heap top back to the OS after each step, and grow it in large steps.
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  mallopt(M_TOP_PAD, 64 << 20);
+  mallopt(M_MMAP_THRESHOLD, kMmapThreshold);
+  mallopt(M_TRIM_THRESHOLD, kTrimThreshold);
+  mallopt(M_TOP_PAD, kTopPad);
+#endif
+}
+
+const char* glibc_tunables_for_children() {
+#if defined(__GLIBC__)
+  static_assert(kMmapThreshold == 33554432 && kTrimThreshold == 1073741824 && kTopPad == 67108864,
+                "keep the string below in step with the constants");
+  return "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:"
+         "glibc.malloc.top_pad=67108864";
+#else
+  return "";
 #endif
 }
 
