@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "train/batch.h"
 #include "train/repeat_task.h"
 #include "train/train_config.h"
 #include "util/error.h"
@@ -65,6 +66,44 @@ TEST(RepeatTask, LengthsItCannotBuildAreErrors) {
     }
   }
   EXPECT_EQ(sample_repeat_sequence(c, rng, 26).tokens.size(), 26u);  // 12 distinct: the maximum
+}
+
+// Targets of row b, as (position, target) pairs, checking each target is the next token.
+std::vector<std::pair<int64_t, int64_t>> targets_of(const TrainingBatch& batch, int64_t b) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t i = 0; i < batch.row.size(0); ++i) {
+    if (batch.row[i].item<int64_t>() != b) continue;
+    const int64_t col = batch.col[i].item<int64_t>(), t = batch.target[i].item<int64_t>();
+    EXPECT_EQ(batch.tokens[b][col + 1].item<int64_t>(), t) << "row " << b << " col " << col;
+    out.emplace_back(col, t);
+  }
+  return out;
+}
+
+TEST(RepeatTask, TrainingBatchPutsRepeatRowsFirstWithATargetAtEveryRepeatedToken) {
+  const TaskConfig c = small_task();  // fixed length 20: repeats of 9 tokens, 1 query per example
+  std::mt19937_64 rng(5);
+  const TrainingBatch batch = make_training_batch(c, rng, 8, 1, 0.25);  // 2 of 8 rows
+  ASSERT_EQ(batch.tokens.size(0), 8);
+  for (int64_t b = 0; b < 8; ++b) {
+    const auto tg = targets_of(batch, b);
+    if (b < 2) {
+      EXPECT_EQ(batch.tokens[b][10].item<int64_t>(), TaskVocab::kQuery) << b;
+      for (int i = 0; i < 9; ++i)
+        EXPECT_EQ(batch.tokens[b][11 + i].item<int64_t>(), batch.tokens[b][1 + i].item<int64_t>());
+      ASSERT_EQ(tg.size(), 9u) << b;
+      EXPECT_EQ(tg.front().first, 10);
+      EXPECT_EQ(tg.back().first, 18);
+    } else {
+      ASSERT_EQ(tg.size(), 1u) << b;  // the task's single answer, after `<q> key`
+      EXPECT_EQ(batch.tokens[b][tg[0].first - 1].item<int64_t>(), TaskVocab::kQuery) << b;
+      EXPECT_TRUE(task_vocab(c).is_value(static_cast<int32_t>(tg[0].second))) << b;
+    }
+  }
+  // Without repeat rows every row is a task example.
+  std::mt19937_64 rng2(5);
+  const TrainingBatch plain = make_training_batch(c, rng2, 8, 1, 0.0);
+  for (int64_t b = 0; b < 8; ++b) EXPECT_EQ(targets_of(plain, b).size(), 1u) << b;
 }
 
 TEST(RepeatTask, RepeatFractionIsReadAndRangeChecked) {

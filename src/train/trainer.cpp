@@ -13,7 +13,7 @@
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "model/precision.h"
-#include "train/repeat_task.h"
+#include "train/batch.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -21,48 +21,6 @@ namespace phasekv {
 namespace fs = std::filesystem;
 
 namespace {
-
-// A batch of training sequences, right-padded with <pad> (harmless for a causal model: padding
-// only follows the tokens it could affect), and the answer positions the loss is taken at.
-struct Batch {
-  torch::Tensor tokens;            // [B, T] int64
-  torch::Tensor row, col, target;  // [N] int64: hidden[row, col] predicts target
-};
-
-// The first round(repeat_fraction * B) rows are repeated random sequences (repeat_task.h), the
-// rest task examples.
-Batch make_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
-                 double repeat_fraction) {
-  const int n_repeat = static_cast<int>(std::lround(repeat_fraction * B));
-  std::vector<std::vector<int32_t>> seqs;
-  std::vector<std::vector<int>> loss_at;
-  size_t T = 0;
-  for (int b = 0; b < B; ++b) {
-    if (b < n_repeat) {
-      RepeatSequence r = sample_repeat_sequence(task, rng, draw_repeat_length(task, rng));
-      seqs.push_back(std::move(r.tokens));
-      loss_at.push_back(std::move(r.positions));
-    } else {
-      TaskExample ex = sample_training_example(task, rng, M);
-      loss_at.push_back(answer_positions(ex));
-      seqs.push_back(std::move(ex.tokens));
-    }
-    T = std::max(T, seqs.back().size());
-  }
-  auto tokens = torch::full({B, static_cast<int64_t>(T)}, TaskVocab::kPad, torch::kInt64);
-  auto acc = tokens.accessor<int64_t, 2>();
-  std::vector<int64_t> row, col, target;
-  for (int b = 0; b < B; ++b) {
-    const auto& seq = seqs[static_cast<size_t>(b)];
-    for (size_t t = 0; t < seq.size(); ++t) acc[b][static_cast<int64_t>(t)] = seq[t];
-    for (int p : loss_at[static_cast<size_t>(b)]) {
-      row.push_back(b);
-      col.push_back(p);
-      target.push_back(seq[static_cast<size_t>(p) + 1]);
-    }
-  }
-  return {tokens, torch::tensor(row), torch::tensor(col), torch::tensor(target)};
-}
 
 double lr_at(const TrainOptions& t, int step) {
   if (step < t.warmup) return t.lr * (step + 1) / t.warmup;
@@ -232,7 +190,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   int window = 0;
   auto t_start = std::chrono::steady_clock::now(), t_window = t_start;
   for (; step < t.steps; ++step) {
-    auto batch = make_batch(cfg.task, rng, t.batch, t.offset_randomization, t.repeat_fraction);
+    auto batch = make_training_batch(cfg.task, rng, t.batch, t.offset_randomization, t.repeat_fraction);
     for (auto& group : opt->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(t, step));
     opt->zero_grad();

@@ -1,0 +1,43 @@
+#include "train/batch.h"
+
+#include <cmath>
+#include <vector>
+
+#include "train/repeat_task.h"
+
+namespace phasekv {
+
+TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
+                                  double repeat_fraction) {
+  const int n_repeat = static_cast<int>(std::lround(repeat_fraction * B));
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::vector<int>> loss_at;
+  size_t T = 0;
+  for (int b = 0; b < B; ++b) {
+    if (b < n_repeat) {
+      RepeatSequence r = sample_repeat_sequence(task, rng, draw_repeat_length(task, rng));
+      seqs.push_back(std::move(r.tokens));
+      loss_at.push_back(std::move(r.positions));
+    } else {
+      TaskExample ex = sample_training_example(task, rng, M);
+      loss_at.push_back(answer_positions(ex));
+      seqs.push_back(std::move(ex.tokens));
+    }
+    T = std::max(T, seqs.back().size());
+  }
+  auto tokens = torch::full({B, static_cast<int64_t>(T)}, TaskVocab::kPad, torch::kInt64);
+  auto acc = tokens.accessor<int64_t, 2>();
+  std::vector<int64_t> row, col, target;
+  for (int b = 0; b < B; ++b) {
+    const auto& seq = seqs[static_cast<size_t>(b)];
+    for (size_t t = 0; t < seq.size(); ++t) acc[b][static_cast<int64_t>(t)] = seq[t];
+    for (int p : loss_at[static_cast<size_t>(b)]) {
+      row.push_back(b);
+      col.push_back(p);
+      target.push_back(seq[static_cast<size_t>(p) + 1]);
+    }
+  }
+  return {tokens, torch::tensor(row), torch::tensor(col), torch::tensor(target)};
+}
+
+}  // namespace phasekv

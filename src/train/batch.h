@@ -1,0 +1,24 @@
+// One training batch: task examples and, if asked, repeated random sequences (repeat_task.h).
+#pragma once
+#include <torch/torch.h>
+
+#include <random>
+
+#include "train/tasks.h"
+
+namespace phasekv {
+
+// Sequences right-padded with <pad> (harmless for a causal model: padding only follows the tokens
+// it could affect), and the positions the loss is taken at.
+struct TrainingBatch {
+  torch::Tensor tokens;            // [B, T] int64
+  torch::Tensor row, col, target;  // [N] int64: hidden[row, col] predicts target
+};
+
+// The first round(repeat_fraction * B) rows are repeated random sequences of the task's lengths,
+// with a target at every repeated token; the rest are task examples (random prefix padding in
+// [0, M) when M > 1) with targets at their answers. Consumes `rng` in row order.
+TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
+                                  double repeat_fraction);
+
+}  // namespace phasekv
