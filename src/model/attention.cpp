@@ -131,15 +131,15 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& 
     c.raw_k.append(p.k);
     c.raw_v.append(p.v);
   }
-  CachedKeys keys{c.entry_keys(), c.entry_values(), c.raw_keys(), c.raw_values(), c.raw_start};
+  c.n_tokens = t_end;  // after extend_entries, which reads the position before these tokens
+  CachedKeys keys{c.entry_keys(), c.entry_values(), c.raw_keys(), c.raw_values(), c.raw_start()};
   torch::Tensor out;
   if (attention_path() == AttentionPath::kFast) {
     out = attend_cached(cfg, p.q, t0, keys, sink, c.scratch);
   } else {  // the masked reference, for comparisons
-    auto r_pos = torch::arange(c.raw_start, c.raw_start + c.n_raw(), opts);
+    auto r_pos = torch::arange(c.raw_start(), t_end, opts);
     out = attend_reference(cfg, p.q, pos, keys.ek, keys.ev, keys.rk, keys.rv, r_pos, sink);
   }
-  c.n_tokens = t_end;
   if (uses_raw()) c.drop_raw_before(raw_keep_from(cfg, t_end));
   return output(out);
 }

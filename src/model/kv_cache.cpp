@@ -29,10 +29,9 @@ int64_t PendingTokens::reserved_bytes() const {
 }
 
 void LayerCache::drop_raw_before(int64_t from) {
-  const int64_t drop = std::clamp<int64_t>(from - raw_start, 0, n_raw());
+  const int64_t drop = std::clamp<int64_t>(from - raw_start(), 0, n_raw());
   raw_k.drop_front(drop);
   raw_v.drop_front(drop);
-  raw_start += drop;
 }
 
 }  // namespace phasekv

@@ -26,8 +26,7 @@ struct PendingTokens {
 };
 
 struct LayerCache {
-  SeqBuffer raw_k{2}, raw_v{2};  // [B, Hkv, R, hd], RoPE applied (raw_k)
-  int64_t raw_start = 0;         // absolute position of raw token 0; raw tokens are consecutive
+  SeqBuffer raw_k{2}, raw_v{2};  // [B, Hkv, R, hd], RoPE applied (raw_k): the last R tokens
   SeqBuffer ent_k{2}, ent_v{2};  // [B, Hkv, E, hd]: entries 0 .. E-1, finished
   PendingTokens pending;         // projected tokens from absolute position pending_start on
   int64_t pending_start = 0;
@@ -36,6 +35,8 @@ struct LayerCache {
 
   int64_t n_entries() const { return ent_k.length(); }
   int64_t n_raw() const { return raw_k.length(); }
+  // Absolute position of raw token 0: the raw tokens are the last n_raw() tokens seen.
+  int64_t raw_start() const { return n_tokens - n_raw(); }
   torch::Tensor entry_keys() const { return ent_k.view(); }
   torch::Tensor entry_values() const { return ent_v.view(); }
   torch::Tensor raw_keys() const { return raw_k.view(); }

@@ -1,5 +1,6 @@
 #include "train/batch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 

@@ -1,7 +1,7 @@
 #include "train/repeat_task.h"
 
-#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "util/error.h"
 

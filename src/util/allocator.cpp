@@ -3,6 +3,7 @@
 // Any C library header defines __GLIBC__ (through <features.h>); without one before the check
 // below, the check is always false and the settings silently compile away.
 #include <cstdlib>
+#include <string>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -25,12 +26,11 @@ void keep_freed_memory_in_heap() {
 #endif
 }
 
-const char* glibc_tunables_for_children() {
+std::string glibc_tunables_for_children() {
 #if defined(__GLIBC__)
-  static_assert(kMmapThreshold == 33554432 && kTrimThreshold == 1073741824 && kTopPad == 67108864,
-                "keep the string below in step with the constants");
-  return "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824:"
-         "glibc.malloc.top_pad=67108864";
+  return "glibc.malloc.mmap_threshold=" + std::to_string(kMmapThreshold) +
+         ":glibc.malloc.trim_threshold=" + std::to_string(kTrimThreshold) +
+         ":glibc.malloc.top_pad=" + std::to_string(kTopPad);
 #else
   return "";
 #endif

@@ -1,5 +1,6 @@
 // Process-wide allocator settings for tensor workloads.
 #pragma once
+#include <string>
 
 namespace phasekv {
 
@@ -13,6 +14,6 @@ void keep_freed_memory_in_heap();
 // The same settings as a GLIBC_TUNABLES value, for child processes that are compared with phasekv
 // (the PyTorch reference of `phasekv bench train`: with glibc's defaults it ran 2-3.3x slower,
 // which made the comparison unfair). "" outside glibc.
-const char* glibc_tunables_for_children();
+std::string glibc_tunables_for_children();
 
 }  // namespace phasekv
