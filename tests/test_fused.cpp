@@ -1,0 +1,144 @@
+// The fused CPU kernels (RMSNorm, SwiGLU, rotary embedding) against the composed libtorch
+// versions they replace: outputs and gradients, in f64, f32 and bf16, on shapes that exercise the
+// vector tails (odd widths) and the parallel split (more rows/elements than one task's grain).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+
+#include "model/attend_fast.h"
+#include "model/fused.h"
+
+using namespace phasekv;
+
+namespace {
+
+// Forward and gradients of f on the given inputs (each set to require grad), for upstream grad gy.
+struct Result {
+  torch::Tensor y;
+  std::vector<torch::Tensor> grads;
+};
+
+Result run(const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& f,
+           std::vector<torch::Tensor> inputs, const torch::Tensor& gy) {
+  for (auto& t : inputs) t = t.detach().clone().requires_grad_(true);
+  auto y = f(inputs);
+  auto grads = torch::autograd::grad({y}, inputs, {gy.to(y.scalar_type())});
+  return {y.detach(), grads};
+}
+
+double max_rel_err(const torch::Tensor& got, const torch::Tensor& want) {
+  auto g = got.to(torch::kFloat64), w = want.to(torch::kFloat64);
+  return ((g - w).abs().max() / w.abs().max().clamp_min(1e-30)).item<double>();
+}
+
+// Checks fused vs reference on the same inputs; in bf16 the reference runs in f32 on the same
+// (bf16-valued) inputs, and the tolerance is bf16's.
+void expect_match(const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& fused,
+                  const std::function<torch::Tensor(const std::vector<torch::Tensor>&)>& reference,
+                  const std::vector<torch::Tensor>& inputs, const torch::Tensor& gy, double tol,
+                  const std::string& what) {
+  auto got = run(fused, inputs, gy);
+  const bool bf16 = inputs[0].scalar_type() == torch::kBFloat16;
+  std::vector<torch::Tensor> ref_in;
+  for (const auto& t : inputs) ref_in.push_back(bf16 ? t.to(torch::kFloat32) : t);
+  auto want = run(reference, ref_in, gy);
+  EXPECT_EQ(got.y.scalar_type(), inputs[0].scalar_type()) << what;
+  EXPECT_LT(max_rel_err(got.y, want.y), tol) << what << ": output";
+  for (size_t i = 0; i < got.grads.size(); ++i) {
+    EXPECT_EQ(got.grads[i].scalar_type(), inputs[i].scalar_type()) << what << ": grad " << i;
+    EXPECT_LT(max_rel_err(got.grads[i], want.grads[i]), tol) << what << ": grad " << i;
+  }
+}
+
+double tolerance(torch::ScalarType t) {
+  return t == torch::kFloat64 ? 1e-12 : t == torch::kFloat32 ? 2e-6 : 2e-2;
+}
+
+const std::vector<torch::ScalarType> kDtypes{torch::kFloat64, torch::kFloat32, torch::kBFloat16};
+
+}  // namespace
+
+TEST(Fused, RMSNormMatchesReference) {
+  torch::manual_seed(1);
+  // 37: a vector tail; 1100 x 64: more rows than one task (512 rows of 64), so the weight
+  // gradient is summed over several partial sums.
+  for (auto shape : {std::vector<int64_t>{3, 5, 37}, std::vector<int64_t>{1100, 64}}) {
+    for (auto dt : kDtypes) {
+      auto x = (torch::randn(shape, torch::kFloat64) * 3).to(dt);
+      // The weight stays f32 (f64 for f64 models) like the module's parameter under autocast.
+      auto w = (torch::rand({shape.back()}, torch::kFloat64) + 0.5)
+                   .to(dt == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
+      auto gy = torch::randn(shape, torch::kFloat64);
+      auto f = [](const std::vector<torch::Tensor>& in) { return rms_norm(in[0], in[1], 1e-6); };
+      auto r = [](const std::vector<torch::Tensor>& in) {
+        return rms_norm_reference(in[0], in[1], 1e-6);
+      };
+      // The weight's gradient is a sum over up to 1100 rows of bf16-rounded products.
+      expect_match(f, r, {x, w}, gy, tolerance(dt) * (dt == torch::kBFloat16 ? 2 : 1),
+                   "rms_norm " + std::string(c10::toString(dt)));
+    }
+  }
+}
+
+TEST(Fused, SwiGLUMatchesReferenceIncludingSaturation) {
+  torch::manual_seed(2);
+  // 40001 elements: two parallel tasks and a vector tail. The gate spans +-90, where sigmoid
+  // saturates (the fused exp clamps its argument).
+  for (auto dt : kDtypes) {
+    auto g = (torch::randn({40001}, torch::kFloat64) * 4).to(dt);
+    g.narrow(0, 0, 4).copy_(torch::tensor({-90.0, 90.0, -20.0, 0.0}, torch::kFloat64));
+    auto u = torch::randn({40001}, torch::kFloat64).to(dt);
+    auto gy = torch::randn({40001}, torch::kFloat64);
+    auto f = [](const std::vector<torch::Tensor>& in) { return swiglu(in[0], in[1]); };
+    auto r = [](const std::vector<torch::Tensor>& in) { return swiglu_reference(in[0], in[1]); };
+    expect_match(f, r, {g, u}, gy, tolerance(dt), "swiglu " + std::string(c10::toString(dt)));
+  }
+}
+
+TEST(Fused, RopeMatchesReferenceOnPartialRotaryAndStridedInput) {
+  torch::manual_seed(3);
+  const int64_t T = 7, dim = 16, half = 6;  // partial RoPE: channels 12..15 pass through
+  auto ang = torch::arange(T, torch::kFloat64).unsqueeze(1) *
+             torch::pow(10000.0, -torch::arange(0, 2 * half, 2, torch::kFloat64) / (2 * half))
+                 .unsqueeze(0);
+  auto cos = torch::cos(ang), sin = torch::sin(ang);
+  for (auto dt : kDtypes) {
+    // [B, T, H, dim] transposed to [B, H, T, dim]: not contiguous, as after the projections.
+    auto x = torch::randn({2, T, 3, dim}, torch::kFloat64).to(dt).transpose(1, 2);
+    auto gy = torch::randn({2, 3, T, dim}, torch::kFloat64);
+    auto f = [&](const std::vector<torch::Tensor>& in) { return rope_rotate(in[0], cos, sin); };
+    auto r = [&](const std::vector<torch::Tensor>& in) {
+      return rope_rotate_reference(in[0], cos, sin);
+    };
+    expect_match(f, r, {x}, gy, tolerance(dt), "rope " + std::string(c10::toString(dt)));
+  }
+}
+
+TEST(Fused, Bf16RoundingMatchesLibtorchAndKeepsNaN) {
+  // The kernels' f32 -> bf16 store must round like libtorch's cast (to nearest, ties to even).
+  // For g >= 20, silu(g) is exactly g in f32, and g * u of two bf16 values is exact in f32: the
+  // fused bf16 output is then one rounding of an exact product, which must equal libtorch's.
+  torch::manual_seed(4);
+  auto g = (torch::rand({20000}) * 980 + 20).to(torch::kBFloat16);
+  auto u = torch::randn({20000}).to(torch::kBFloat16);
+  auto want = (g.to(torch::kFloat32) * u.to(torch::kFloat32)).to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(swiglu(g, u), want));
+  auto x = torch::tensor({1.0f, NAN, 2.0f}).to(torch::kBFloat16).view({1, 3});
+  auto y = rms_norm(x, torch::ones({3}), 1e-6);
+  EXPECT_TRUE(torch::isnan(y).all().item<bool>());  // a NaN in the row poisons the row
+}
+
+TEST(Fused, ReferencePathBypassesTheKernels) {
+  // Under AttentionPath::kReference the public functions are the composed versions: their
+  // backward graph is libtorch's, not one fused node.
+  auto x = torch::randn({4, 8}).requires_grad_(true);
+  auto w = torch::ones({8});
+  auto fused = rms_norm(x, w, 1e-6);
+  EXPECT_NE(fused.grad_fn()->name().find("RMSNormFn"), std::string::npos) << fused.grad_fn()->name();
+  AttentionPathGuard guard(AttentionPath::kReference);
+  auto ref = rms_norm(x, w, 1e-6);
+  EXPECT_EQ(ref.grad_fn()->name().find("RMSNormFn"), std::string::npos) << ref.grad_fn()->name();
+  EXPECT_LT(max_rel_err(fused.detach(), ref.detach()), 1e-6);
+}
