@@ -142,3 +142,46 @@ TEST(Fused, ReferencePathBypassesTheKernels) {
   EXPECT_EQ(ref.grad_fn()->name().find("RMSNormFn"), std::string::npos) << ref.grad_fn()->name();
   EXPECT_LT(max_rel_err(fused.detach(), ref.detach()), 1e-6);
 }
+
+TEST(Fused, BandedSoftmaxMatchesComposedSoftmaxWithSinkAndMasks) {
+  torch::manual_seed(5);
+  // R = B * Hkv * Tp * G rows; Tp = 6 positions, 2 KV heads of 3 query heads, batch 2. Row t of
+  // the bias masks some columns; one position masks all band columns.
+  const int64_t B = 2, Hkv = 2, G = 3, Tp = 6, E = 5, L = 7, R = B * Hkv * Tp * G;
+  auto bias = torch::zeros({Tp, E + L});
+  bias.masked_fill_(torch::rand({Tp, E + L}) < 0.3, -INFINITY);
+  bias.index_put_({0, torch::indexing::Slice()}, 0.0);
+  bias.index_put_({2, torch::indexing::Slice(E, E + L)}, -INFINITY);
+  auto composed = [&](const std::vector<torch::Tensor>& in) {
+    const auto dt = in[0].scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    auto s = torch::cat({in[0], in[1]}, -1).to(dt) +
+             bias.to(dt).view({1, 1, Tp, 1, E + L}).expand({B, Hkv, Tp, G, E + L}).reshape({R, -1});
+    auto col = in[2].to(dt).view({1, Hkv, 1, G}).expand({B, Hkv, Tp, G}).reshape({R, 1});
+    auto p = torch::softmax(torch::cat({s, col}, -1), -1).narrow(-1, 0, E + L);
+    // One output carrying both pieces, weighted so that each column's gradient differs.
+    return p * torch::arange(1, E + L + 1, p.options());
+  };
+  auto fused = [&](const std::vector<torch::Tensor>& in) {
+    auto [pe, pb] = banded_softmax(in[0], in[1], bias, in[2], G, Tp, Hkv);
+    auto p = torch::cat({pe, pb}, -1);
+    return p * torch::arange(1, E + L + 1, p.options());
+  };
+  for (auto dt : kDtypes) {
+    auto se = torch::randn({R, E}, torch::kFloat64).to(dt) * 2;
+    auto sb = torch::randn({R, L}, torch::kFloat64).to(dt) * 2;
+    // The sink keeps the model's parameter dtype (f32, f64 for f64 models).
+    auto sink = torch::randn({Hkv * G}, torch::kFloat64)
+                    .to(dt == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
+    auto gy = torch::randn({R, E + L}, torch::kFloat64);
+    auto got = run(fused, {se, sb, sink}, gy);
+    auto want = run(composed, {se, sb, sink}, gy);
+    const double tol = tolerance(dt);
+    const std::string what = "banded_softmax " + std::string(c10::toString(dt));
+    EXPECT_EQ(got.y.scalar_type(), dt) << what;
+    EXPECT_LT(max_rel_err(got.y, want.y), tol) << what;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(got.grads[i].scalar_type(), i < 2 ? dt : sink.scalar_type()) << what << " " << i;
+      EXPECT_LT(max_rel_err(got.grads[i], want.grads[i]), tol) << what << ": grad " << i;
+    }
+  }
+}

@@ -53,4 +53,21 @@ template <class T>
 void rope_rotate(const T* x, const Acc<T>* cos, const Acc<T>* sin, T* y, int64_t rows,
                  int64_t dim, int64_t T_len, int64_t half, int sign);
 
+// One softmax per score row over [E entry columns | L band columns | sink], each score plus an
+// additive visibility bias (0 or -inf) that depends on the row's position. Rows are ordered
+// (b, kv head, position, group): row r sits at position (r / G) % Tp and belongs to query head
+// ((r / (G * Tp)) % Hkv) * G + r % G. se: [R, E], sb: [R, L] (either may be null when its count
+// is 0), bias: [Tp, E + L], sink: [Hkv * G] or null. Writes the probabilities in f32 to
+// p ([R, N], N = E + L + (sink ? 1 : 0), kept for the backward) and in T to pe and pb.
+template <class T>
+void banded_softmax_forward(const T* se, const T* sb, const float* bias, const Acc<T>* sink,
+                            Acc<T>* p, T* pe, T* pb, int64_t R, int64_t E, int64_t L, int64_t G,
+                            int64_t Tp, int64_t Hkv);
+// Gradients of the scores (dse, dsb: like se, sb) and, when dsink is not null, the sink's
+// (accumulated into dsink[Hkv * G]) from those of the probabilities (dpe, dpb; null: zero).
+template <class T>
+void banded_softmax_backward(const Acc<T>* p, const T* dpe, const T* dpb, T* dse, T* dsb,
+                             Acc<T>* dsink, int64_t R, int64_t E, int64_t L, int64_t G,
+                             int64_t Tp, int64_t Hkv);
+
 }  // namespace phasekv::kernels

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/fused.h"
 
 namespace phasekv {
 namespace {
@@ -119,17 +120,16 @@ torch::Tensor visible_columns(const AttentionConfig& a, const Band& band, const 
   return parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
 }
 
-// Additive mask [nblk, Bq, 1, N (+1 sink)]: 0 where visible, -inf elsewhere. Added, not
-// masked_fill'ed, because the add's backward is free. A row that sees nothing (chunked, n_win = 0,
-// t < S - 1; or block padding) would softmax to NaN: like the reference, it "sees" everything and
-// its output is zeroed afterwards (sees[t] false).
-std::pair<torch::Tensor, torch::Tensor> column_bias(const torch::Tensor& visible, bool sink,
+// Additive mask [nblk, Bq, N]: 0 where visible, -inf elsewhere. Added, not masked_fill'ed,
+// because the add's backward is free. A row that sees nothing (chunked, n_win = 0, t < S - 1; or
+// block padding) would softmax to NaN: like the reference, it "sees" everything and its output is
+// zeroed afterwards (sees[t] false).
+std::pair<torch::Tensor, torch::Tensor> column_bias(const torch::Tensor& visible,
                                                     torch::ScalarType dtype) {
   auto sees = visible.any(-1, /*keepdim=*/true);
   auto bias = torch::zeros(visible.sizes(), visible.options().dtype(dtype))
                   .masked_fill_(~(visible | ~sees), -INFINITY);
-  if (sink) bias = torch::constant_pad_nd(bias, {0, 1}, 0.0);  // the sink column: always seen
-  return {bias.unsqueeze(2), sees.flatten()};
+  return {bias, sees.flatten()};
 }
 
 // [B, H, T, hd] -> [B, Hkv, nblk, Bq*G, hd], scaled: the rows of one KV head ordered by (query,
@@ -195,41 +195,47 @@ torch::Tensor attend_banded(const AttentionConfig& a, const Dims& d, const Band&
   if (E == 0 && width == 0) return torch::zeros_like(q);
   const Layout lay = make_layout(d.T, width);
   const auto dtype = softmax_dtype(q);
-  auto [bias, sees] =
-      column_bias(visible_columns(a, band, lay, E, q.device()), sink.defined(), dtype);
+  auto [bias, sees] = column_bias(visible_columns(a, band, lay, E, q.device()), dtype);
 
   auto qb = blocked_queries(q, d, lay);
-  auto rows6 = [&](const torch::Tensor& s) {  // [.., rows, n] -> [B, Hkv, nblk, Bq, G, n]
-    return s.view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, s.size(-1)});
-  };
-  std::vector<torch::Tensor> parts;
-  if (E > 0) {
-    auto s = torch::matmul(qb.view({d.B, d.Hkv, lay.Tp * d.G, d.hd}), ek.transpose(-1, -2));
-    parts.push_back(rows6(s).to(dtype));
+  torch::Tensor se, sb;  // scores: [B, Hkv, Tp*G, E] and [B, Hkv, nblk, Bq, G, L]
+  if (E > 0) se = torch::matmul(qb.view({d.B, d.Hkv, lay.Tp * d.G, d.hd}), ek.transpose(-1, -2));
+  if (width > 0) sb = band_scores(d, lay, qb, rk);
+  const int64_t R = d.B * d.Hkv * lay.Tp * d.G;
+  torch::Tensor pe, pb;  // probabilities: [R, E] and [R, L]
+  if (fused_kernels_apply(q)) {
+    // One pass per row in f32 whatever the scores' dtype (model/fused.h): no f32 copies of the
+    // scores, no concatenation, no split.
+    std::tie(pe, pb) = banded_softmax(E > 0 ? se.reshape({R, E}) : torch::Tensor(),
+                                      width > 0 ? sb.reshape({R, lay.L}) : torch::Tensor(),
+                                      bias.view({lay.Tp, -1}), sink, d.G, lay.Tp, d.Hkv);
+  } else {
+    // The same softmax composed from libtorch ops, for other dtypes and devices.
+    std::vector<torch::Tensor> parts;
+    if (E > 0) parts.push_back(se.reshape({R, E}).to(dtype));
+    if (width > 0) parts.push_back(sb.reshape({R, lay.L}).to(dtype));
+    auto rows_bias = bias.view({1, 1, lay.Tp, 1, -1})
+                         .expand({d.B, d.Hkv, lay.Tp, d.G, bias.size(-1)})
+                         .reshape({R, -1});
+    auto s = (parts.size() == 1 ? parts[0] : torch::cat(parts, -1)) + rows_bias;
+    if (sink.defined()) {
+      auto col = sink.to(dtype).view({1, d.Hkv, 1, d.G}).expand({d.B, d.Hkv, lay.Tp, d.G});
+      s = torch::cat({s, col.reshape({R, 1})}, -1);
+    }
+    auto p = torch::softmax(s, -1);
+    pe = p.narrow(-1, 0, E);
+    pb = p.narrow(-1, E, lay.L);
   }
-  if (width > 0) parts.push_back(band_scores(d, lay, qb, rk).to(dtype));
-  if (sink.defined()) {
-    parts.push_back(sink.to(dtype)
-                        .view({1, d.Hkv, 1, 1, d.G, 1})
-                        .expand({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, 1}));
-  }
-  // Fresh full-size tensors are what costs most on CPU (allocation, page faults, memory
-  // traffic): the mask is added in place, and the probabilities are split, not narrowed twice
-  // (split's backward is one cat; each narrow's would zero-fill a full-size gradient).
-  auto s = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
-  auto p = torch::softmax(s.add_(bias), -1);
-  std::vector<int64_t> sizes{E, lay.L};
-  if (sink.defined()) sizes.push_back(1);
-  auto pieces = p.split_with_sizes(sizes, -1);
 
   const auto vtype = (E > 0 ? ev : rv).scalar_type();
   torch::Tensor out;  // [B, Hkv, nblk, Bq*G, hd]
   if (E > 0) {
-    auto pe = pieces[0].to(vtype).reshape({d.B, d.Hkv, lay.Tp * d.G, E});
-    out = torch::matmul(pe, ev).view({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, d.hd});
+    auto p = pe.to(vtype).view({d.B, d.Hkv, lay.Tp * d.G, E});
+    out = torch::matmul(p, ev).view({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, d.hd});
   }
   if (width > 0) {
-    auto o = band_output(d, lay, pieces[1].to(vtype), rv);
+    auto p = pb.to(vtype).view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.L});
+    auto o = band_output(d, lay, p, rv);
     out = out.defined() ? out.add_(o) : o;
   }
   // -> [B, Tp, H, hd] (a view when Hkv = 1), drop the padding, back to [B, H, T, hd].

@@ -4,17 +4,20 @@
 #include "model/attend_fast.h"
 
 namespace phasekv {
-namespace {
 
-using torch::autograd::AutogradContext;
-using torch::autograd::tensor_list;
-namespace k = kernels;
-
-bool fusable(const torch::Tensor& x) {
+bool fused_kernels_apply(const torch::Tensor& x) {
   const auto t = x.scalar_type();
   return attention_path() == AttentionPath::kFast && x.device().is_cpu() &&
          (t == torch::kFloat32 || t == torch::kFloat64 || t == torch::kBFloat16);
 }
+
+namespace {
+
+bool fusable(const torch::Tensor& x) { return fused_kernels_apply(x); }
+
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+namespace k = kernels;
 
 // The arithmetic dtype of the kernels for storage dtype t.
 torch::ScalarType acc_dtype(torch::ScalarType t) {
@@ -132,7 +135,87 @@ struct RopeFn : torch::autograd::Function<RopeFn> {
   }
 };
 
+// Pointer to t's data, or null for an undefined or empty tensor.
+template <class T>
+T* ptr_or_null(const torch::Tensor& t) {
+  return t.defined() && t.numel() > 0 ? ptr<T>(t) : nullptr;
+}
+
+struct BandedSoftmaxFn : torch::autograd::Function<BandedSoftmaxFn> {
+  // se, sb: [R, E], [R, L] (E or L may be 0); sink: [H] or empty (libtorch 1.13's Function
+  // does not take undefined inputs).
+  static tensor_list forward(AutogradContext* ctx, const torch::Tensor& se_in,
+                             const torch::Tensor& sb_in, const torch::Tensor& bias_in,
+                             const torch::Tensor& sink_in, int64_t G, int64_t Tp, int64_t Hkv) {
+    auto se = se_in.contiguous(), sb = sb_in.to(se.scalar_type()).contiguous();
+    auto bias = bias_in.to(torch::kFloat32).contiguous();
+    const int64_t R = se.size(0), E = se.size(1), L = sb.size(1);
+    TORCH_CHECK(sb.size(0) == R && bias.size(0) == Tp && bias.size(1) == E + L,
+                "banded_softmax: scores [", R, ", ", E, "] and [", sb.size(0), ", ", L,
+                "], bias ", bias.sizes(), " for Tp = ", Tp);
+    const auto acc = acc_dtype(se.scalar_type());
+    const bool has_sink = sink_in.numel() > 0;
+    auto sink = has_sink ? sink_in.to(acc).contiguous() : torch::Tensor();
+    auto p = torch::empty({R, E + L + (has_sink ? 1 : 0)}, se.options().dtype(acc));
+    auto pe = torch::empty({R, E}, se.options()), pb = torch::empty({R, L}, se.options());
+    dispatch(se, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      k::banded_softmax_forward<T>(ptr_or_null<T>(se), ptr_or_null<T>(sb), ptr<float>(bias),
+                                   ptr_or_null<k::Acc<T>>(sink), ptr<k::Acc<T>>(p), ptr_or_null<T>(pe),
+                                   ptr_or_null<T>(pb), R, E, L, G, Tp, Hkv);
+    });
+    ctx->save_for_backward({p});
+    ctx->saved_data["shape"] = std::vector<int64_t>{E, L, G, Tp, Hkv};
+    ctx->saved_data["sink_dtype"] =
+        static_cast<int64_t>(has_sink ? sink_in.scalar_type() : torch::kFloat32);
+    ctx->saved_data["has_sink"] = has_sink;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(se.scalar_type());
+    return {pe, pb};
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto p = ctx->get_saved_variables()[0];
+    auto shape = ctx->saved_data["shape"].toIntVector();
+    const int64_t E = shape[0], L = shape[1], G = shape[2], Tp = shape[3], Hkv = shape[4];
+    const int64_t R = p.size(0);
+    const bool has_sink = ctx->saved_data["has_sink"].toBool();
+    const auto dtype = static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt());
+    auto as_input = [&](const torch::Tensor& g) {
+      return g.defined() ? g.to(dtype).contiguous() : torch::Tensor();
+    };
+    auto dpe = as_input(grads[0]), dpb = as_input(grads[1]);
+    auto opts = p.options().dtype(dtype);
+    auto dse = torch::empty({R, E}, opts), dsb = torch::empty({R, L}, opts);
+    auto dsink = has_sink ? torch::zeros({Hkv * G}, p.options()) : torch::Tensor();
+    dispatch(dse, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      k::banded_softmax_backward<T>(ptr<k::Acc<T>>(p), ptr_or_null<T>(dpe), ptr_or_null<T>(dpb),
+                                    ptr_or_null<T>(dse), ptr_or_null<T>(dsb),
+                                    ptr_or_null<k::Acc<T>>(dsink), R, E, L, G, Tp, Hkv);
+    });
+    if (has_sink)
+      dsink = dsink.to(static_cast<torch::ScalarType>(ctx->saved_data["sink_dtype"].toInt()));
+    return {dse, dsb, torch::Tensor(), dsink, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> banded_softmax(const torch::Tensor& se,
+                                                       const torch::Tensor& sb,
+                                                       const torch::Tensor& bias,
+                                                       const torch::Tensor& sink, int64_t G,
+                                                       int64_t Tp, int64_t Hkv) {
+  TORCH_CHECK(se.defined() || sb.defined(), "banded_softmax: no scores");
+  const auto& any = se.defined() ? se : sb;
+  TORCH_CHECK(fused_kernels_apply(any), "banded_softmax: needs CPU f32/f64/bf16 scores");
+  auto empty = [&](const torch::Tensor& t) {
+    return t.defined() ? t : torch::empty({any.size(0), 0}, any.options());
+  };
+  auto no_sink = torch::empty({0}, any.options().dtype(torch::kFloat32));
+  auto out = BandedSoftmaxFn::apply(empty(se), empty(sb), bias, sink.defined() ? sink : no_sink, G,
+                                    Tp, Hkv);
+  return {out[0], out[1]};
+}
 
 torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   // Normalise in at least f32 when x is bf16: the mean of squares loses too much precision

@@ -23,4 +23,19 @@ torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos, cons
 torch::Tensor rope_rotate_reference(const torch::Tensor& x, const torch::Tensor& cos,
                                     const torch::Tensor& sin);
 
+// The joint softmax of attend_fast's banded layout (see kernels::banded_softmax_forward): rows of
+// entry scores se [R, E] and band scores sb [R, L] (either undefined when empty) plus bias
+// [Tp, E + L] (f32: 0 or -inf) and an optional sink [Hkv * G], computed in f32 (f64 for f64).
+// Returns the probabilities of the entries [R, E] and of the band [R, L] in the scores' dtype;
+// the sink's is dropped. Only for scores where fused_kernels_apply() holds.
+std::pair<torch::Tensor, torch::Tensor> banded_softmax(const torch::Tensor& se,
+                                                       const torch::Tensor& sb,
+                                                       const torch::Tensor& bias,
+                                                       const torch::Tensor& sink, int64_t G,
+                                                       int64_t Tp, int64_t Hkv);
+
+// Whether the fused kernels run for x: the fast path is selected and x is a CPU f32/f64/bf16
+// tensor.
+bool fused_kernels_apply(const torch::Tensor& x);
+
 }  // namespace phasekv
