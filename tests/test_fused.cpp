@@ -9,6 +9,7 @@
 
 #include "model/attend_fast.h"
 #include "model/fused.h"
+#include "model/precision.h"
 
 using namespace phasekv;
 
@@ -184,4 +185,45 @@ TEST(Fused, BandedSoftmaxMatchesComposedSoftmaxWithSinkAndMasks) {
       EXPECT_LT(max_rel_err(got.grads[i], want.grads[i]), tol) << what << ": grad " << i;
     }
   }
+}
+
+TEST(Fused, RMSNormUnderAutocastStoresBf16AndKeepsF32Gradients) {
+  // Under bf16 autocast an f32 residual stream is normalised in f32 and stored in bf16 (its
+  // consumers are autocast matmuls); the input's gradient stays f32.
+  torch::manual_seed(6);
+  auto x = torch::randn({700, 48}) * 2;
+  auto w = torch::rand({48}) + 0.5;
+  auto gy = torch::randn({700, 48});
+  Result got, want;
+  {
+    PrecisionGuard guard(Precision::kBf16, /*force=*/true);
+    got = run([](const std::vector<torch::Tensor>& in) { return rms_norm(in[0], in[1], 1e-6); },
+              {x, w}, gy);
+  }
+  want = run([](const std::vector<torch::Tensor>& in) { return rms_norm(in[0], in[1], 1e-6); },
+             {x, w}, gy.to(torch::kBFloat16).to(torch::kFloat32));
+  EXPECT_EQ(got.y.scalar_type(), torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(got.y, want.y.to(torch::kBFloat16)));  // one rounding of the f32 norm
+  EXPECT_EQ(got.grads[0].scalar_type(), torch::kFloat32);
+  EXPECT_EQ(got.grads[1].scalar_type(), torch::kFloat32);
+  EXPECT_LT(max_rel_err(got.grads[0], want.grads[0]), 1e-5);
+  EXPECT_LT(max_rel_err(got.grads[1], want.grads[1]), 1e-5);
+}
+
+TEST(Fused, SlidingBlocksMatchPaddedUnfold) {
+  // Blocks of 9 positions every 4, starting 5 before position 0, over T = 23: the first block
+  // reaches before 0 and the last past T (both zero-filled), and neighbours overlap.
+  torch::manual_seed(7);
+  const int64_t T = 23, first = -5, step = 4, length = 9, count = 6;
+  auto x = torch::randn({2, 3, T, 4}, torch::kFloat64);
+  auto gy = torch::randn({2, 3, count, length, 4}, torch::kFloat64);
+  auto f = [&](const std::vector<torch::Tensor>& in) {
+    return sliding_blocks(in[0], first, step, count, length);
+  };
+  auto r = [&](const std::vector<torch::Tensor>& in) {
+    const int64_t back = (count - 1) * step + length - (T - first);
+    auto padded = torch::constant_pad_nd(in[0], {0, 0, -first, back});
+    return padded.unfold(2, length, step).transpose(-1, -2);
+  };
+  expect_match(f, r, {x}, gy, 1e-15, "sliding_blocks");
 }

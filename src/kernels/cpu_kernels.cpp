@@ -72,27 +72,27 @@ inline int64_t row_grain(int64_t dim) { return std::max<int64_t>(1, kGrain / std
 
 }  // namespace
 
-template <class T>
-void rms_norm_forward(const T* x, const Acc<T>* w, T* y, Acc<T>* rstd, int64_t rows, int64_t dim,
+template <class T, class O>
+void rms_norm_forward(const T* x, const Acc<T>* w, O* y, Acc<T>* rstd, int64_t rows, int64_t dim,
                       double eps) {
   using A = Acc<T>;
   at::parallel_for(0, rows, row_grain(dim), [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const T* xr = x + r * dim;
-      T* yr = y + r * dim;
+      O* yr = y + r * dim;
       A ss = 0;
 #pragma omp simd reduction(+ : ss)
       for (int64_t i = 0; i < dim; ++i) ss += load(xr[i]) * load(xr[i]);
       const A rs = A(1) / std::sqrt(ss / A(dim) + A(eps));
       rstd[r] = rs;
 #pragma omp simd
-      for (int64_t i = 0; i < dim; ++i) yr[i] = store<T>(load(xr[i]) * rs * w[i]);
+      for (int64_t i = 0; i < dim; ++i) yr[i] = store<O>(load(xr[i]) * rs * w[i]);
     }
   });
 }
 
-template <class T>
-void rms_norm_backward(const T* gy, const T* x, const Acc<T>* w, const Acc<T>* rstd, T* dx,
+template <class T, class O>
+void rms_norm_backward(const O* gy, const T* x, const Acc<T>* w, const Acc<T>* rstd, T* dx,
                        Acc<T>* dw, int64_t rows, int64_t dim) {
   using A = Acc<T>;
   // dw is a sum over rows: one partial sum per task, added in task order (deterministic for a
@@ -104,7 +104,7 @@ void rms_norm_backward(const T* gy, const T* x, const Acc<T>* w, const Acc<T>* r
       A* dwk = partial.data() + k * dim;
       for (int64_t r = k * grain; r < std::min(rows, (k + 1) * grain); ++r) {
         const T* xr = x + r * dim;
-        const T* gr = gy + r * dim;
+        const O* gr = gy + r * dim;
         T* dxr = dx + r * dim;
         const A rs = rstd[r];
         // xhat = x * rs; dy = gy * w; dx = rs * (dy - xhat * mean(dy * xhat)).
@@ -296,11 +296,18 @@ void banded_softmax_backward(const Acc<T>* p, const T* dpe, const T* dpb, T* dse
       for (int64_t h = 0; h < H; ++h) dsink[h] += partial[static_cast<size_t>(k * H + h)];
 }
 
+#define PHASEKV_INSTANTIATE_NORM(T, O)                                                           \
+  template void rms_norm_forward<T, O>(const T*, const Acc<T>*, O*, Acc<T>*, int64_t, int64_t,   \
+                                       double);                                                  \
+  template void rms_norm_backward<T, O>(const O*, const T*, const Acc<T>*, const Acc<T>*, T*,    \
+                                        Acc<T>*, int64_t, int64_t);
+PHASEKV_INSTANTIATE_NORM(float, float)
+PHASEKV_INSTANTIATE_NORM(double, double)
+PHASEKV_INSTANTIATE_NORM(Bf16, Bf16)
+PHASEKV_INSTANTIATE_NORM(float, Bf16)
+#undef PHASEKV_INSTANTIATE_NORM
+
 #define PHASEKV_INSTANTIATE(T)                                                                   \
-  template void rms_norm_forward<T>(const T*, const Acc<T>*, T*, Acc<T>*, int64_t, int64_t,      \
-                                    double);                                                     \
-  template void rms_norm_backward<T>(const T*, const T*, const Acc<T>*, const Acc<T>*, T*,       \
-                                     Acc<T>*, int64_t, int64_t);                                 \
   template void swiglu_forward<T>(const T*, const T*, T*, int64_t);                              \
   template void swiglu_backward<T>(const T*, const T*, const T*, T*, T*, int64_t);               \
   template void rope_rotate<T>(const T*, const Acc<T>*, const Acc<T>*, T*, int64_t, int64_t,     \

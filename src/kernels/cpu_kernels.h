@@ -31,13 +31,13 @@ template <class T>
 using Acc = typename AccOf<T>::type;
 
 // y[r, :] = x[r, :] * rstd[r] * w, rstd[r] = 1 / sqrt(mean(x[r, :]^2) + eps). rstd is kept for
-// the backward.
-template <class T>
-void rms_norm_forward(const T* x, const Acc<T>* w, T* y, Acc<T>* rstd, int64_t rows, int64_t dim,
+// the backward. The output may be stored in another type O (f32 x, bf16 y under autocast).
+template <class T, class O = T>
+void rms_norm_forward(const T* x, const Acc<T>* w, O* y, Acc<T>* rstd, int64_t rows, int64_t dim,
                       double eps);
 // dx (same shape as x) and dw += sum over rows of gy * x * rstd (dw: [dim], accumulated).
-template <class T>
-void rms_norm_backward(const T* gy, const T* x, const Acc<T>* w, const Acc<T>* rstd, T* dx,
+template <class T, class O = T>
+void rms_norm_backward(const O* gy, const T* x, const Acc<T>* w, const Acc<T>* rstd, T* dx,
                        Acc<T>* dw, int64_t rows, int64_t dim);
 
 // h = silu(g) * u, element-wise over n values.

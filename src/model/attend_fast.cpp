@@ -140,11 +140,12 @@ torch::Tensor blocked_queries(const torch::Tensor& q, const Dims& d, const Layou
   return qg.reshape({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, d.hd}).contiguous();
 }
 
-// Blocked band: [B, Hkv, T, hd] -> overlapping blocks [B, Hkv, nblk, hd, L] (a view): block b
-// holds positions b*Bq - front .. b*Bq + Bq - 1, zero-padded outside [0, T).
+// Blocked band: [B, Hkv, T, hd] -> overlapping blocks [B, Hkv, nblk, L, hd]: block b holds
+// positions b*Bq - front .. b*Bq + Bq - 1, zeros outside [0, T).
 torch::Tensor raw_blocks(const torch::Tensor& x, const Layout& lay) {
+  if (fused_kernels_apply(x)) return sliding_blocks(x, -lay.front, lay.Bq, lay.nblk, lay.L);
   auto padded = torch::constant_pad_nd(x, {0, 0, lay.front, lay.Tp - lay.T});
-  return padded.unfold(2, lay.L, lay.Bq);
+  return padded.unfold(2, lay.L, lay.Bq).transpose(-1, -2);
 }
 
 // Diagonal band: [B, Hkv, T, hd] -> the key at offset d behind each position, [B, Hkv, T, 1, hd]
@@ -159,7 +160,7 @@ torch::Tensor shifted(const torch::Tensor& x, int64_t d) {
 torch::Tensor band_scores(const Dims& d, const Layout& lay, const torch::Tensor& qb,
                           const torch::Tensor& rk) {
   if (!lay.diagonal) {
-    auto s = torch::matmul(qb, raw_blocks(rk, lay));
+    auto s = torch::matmul(qb, raw_blocks(rk, lay).transpose(-1, -2));
     return s.view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.L});
   }
   auto qv = qb.view({d.B, d.Hkv, d.T, d.G, d.hd});
@@ -173,7 +174,7 @@ torch::Tensor band_output(const Dims& d, const Layout& lay, const torch::Tensor&
                           const torch::Tensor& rv) {
   if (!lay.diagonal) {
     auto p = pb.reshape({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, lay.L});
-    return torch::matmul(p, raw_blocks(rv, lay).transpose(-1, -2));
+    return torch::matmul(p, raw_blocks(rv, lay));
   }
   // unbind, not select: its backward is one stack instead of a zero-filled tensor per column.
   auto cols = pb.view({d.B, d.Hkv, d.T, d.G, lay.L}).unbind(-1);

@@ -163,10 +163,21 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
   if (tokens.gv.defined()) a_v = weights(gather_scores(tokens.gv, flat, n), valid, n, tokens.pk);
 
   auto payload = [&](const torch::Tensor& per_token) {  // [B, n, W, Hkv, hd], lane picked per slot
-    auto g = gather_slots(per_token, flat, n);          // [B, n, W, lanes, Hkv, hd]
-    if (cfg.lanes() == 1) return g.select(3, 0);
-    auto idx = lane_of_slot.to(dev).view({1, 1, W, 1, 1, 1}).expand({B, n, W, 1, n_kv, head_dim});
-    return g.gather(3, idx).squeeze(3);
+    if (cfg.lanes() == 1) return gather_slots(per_token, flat, n).select(3, 0);
+    // Each lane serves a run of consecutive slots (lane_of_slot is non-increasing): gather only
+    // those slots from that lane. Gathering every lane and then picking one per slot moved twice
+    // the data, and the pick's backward (scatter_add) cost more than the rest of the pooling.
+    std::vector<torch::Tensor> runs;
+    auto slots = flat.view({n, W});
+    auto lane = lane_of_slot.accessor<int64_t, 1>();
+    for (int64_t lo = 0, hi = 0; lo < W; lo = hi) {
+      while (hi < W && lane[hi] == lane[lo]) ++hi;
+      auto idx = slots.narrow(1, lo, hi - lo).flatten();
+      runs.push_back(per_token.select(2, lane[lo])
+                         .index_select(1, idx)
+                         .view({B, n, hi - lo, n_kv, head_dim}));
+    }
+    return runs.size() == 1 ? runs[0] : torch::cat(runs, 2);
   };
   auto k = (a_k * payload(tokens.pk)).sum(2).transpose(1, 2);  // [B, Hkv, n, hd]
   auto v = (a_v * payload(tokens.pv)).sum(2).transpose(1, 2);

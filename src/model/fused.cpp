@@ -1,5 +1,7 @@
 #include "model/fused.h"
 
+#include <ATen/autocast_mode.h>
+
 #include "kernels/cpu_kernels.h"
 #include "model/attend_fast.h"
 
@@ -44,37 +46,52 @@ T* ptr(const torch::Tensor& t) {
   return reinterpret_cast<T*>(t.data_ptr());
 }
 
+// Calls f with the kernels' (input, output) storage types of an RMSNorm: the same type, or f32
+// in and bf16 out.
+template <class F>
+void dispatch_norm(const torch::Tensor& x, torch::ScalarType out, F&& f) {
+  if (out == x.scalar_type()) return dispatch(x, [&](auto* tag) { f(tag, tag); });
+  TORCH_CHECK(x.scalar_type() == torch::kFloat32 && out == torch::kBFloat16,
+              "rms_norm: no kernel from ", x.scalar_type(), " to ", out);
+  f(static_cast<float*>(nullptr), static_cast<k::Bf16*>(nullptr));
+}
+
 struct RMSNormFn : torch::autograd::Function<RMSNormFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in,
-                               const torch::Tensor& w_in, double eps) {
+                               const torch::Tensor& w_in, double eps, int64_t out_dtype) {
     auto x = x_in.contiguous();
     auto w = w_in.to(acc_dtype(x.scalar_type())).contiguous();
+    const auto out = static_cast<torch::ScalarType>(out_dtype);
     const int64_t dim = x.size(-1), rows = x.numel() / std::max<int64_t>(dim, 1);
-    auto y = torch::empty_like(x);
+    auto y = torch::empty_like(x, x.options().dtype(out));
     auto rstd = torch::empty({rows}, w.options());
-    dispatch(x, [&](auto* tag) {
-      using T = std::remove_pointer_t<decltype(tag)>;
-      k::rms_norm_forward<T>(ptr<T>(x), ptr<k::Acc<T>>(w), ptr<T>(y), ptr<k::Acc<T>>(rstd), rows,
-                             dim, eps);
+    dispatch_norm(x, out, [&](auto* in_tag, auto* out_tag) {
+      using T = std::remove_pointer_t<decltype(in_tag)>;
+      using O = std::remove_pointer_t<decltype(out_tag)>;
+      k::rms_norm_forward<T, O>(ptr<T>(x), ptr<k::Acc<T>>(w), ptr<O>(y), ptr<k::Acc<T>>(rstd),
+                                rows, dim, eps);
     });
     ctx->save_for_backward({x, w, rstd});
     ctx->saved_data["w_dtype"] = static_cast<int64_t>(w_in.scalar_type());
+    ctx->saved_data["out_dtype"] = out_dtype;
     return y;
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1], &rstd = saved[2];
-    auto gy = grads[0].to(x.scalar_type()).contiguous();
+    const auto out = static_cast<torch::ScalarType>(ctx->saved_data["out_dtype"].toInt());
+    auto gy = grads[0].to(out).contiguous();
     const int64_t dim = x.size(-1), rows = rstd.size(0);
     auto dx = torch::empty_like(x);
     auto dw = torch::zeros({dim}, w.options());
-    dispatch(x, [&](auto* tag) {
-      using T = std::remove_pointer_t<decltype(tag)>;
-      k::rms_norm_backward<T>(ptr<T>(gy), ptr<T>(x), ptr<k::Acc<T>>(w), ptr<k::Acc<T>>(rstd),
-                              ptr<T>(dx), ptr<k::Acc<T>>(dw), rows, dim);
+    dispatch_norm(x, out, [&](auto* in_tag, auto* out_tag) {
+      using T = std::remove_pointer_t<decltype(in_tag)>;
+      using O = std::remove_pointer_t<decltype(out_tag)>;
+      k::rms_norm_backward<T, O>(ptr<O>(gy), ptr<T>(x), ptr<k::Acc<T>>(w), ptr<k::Acc<T>>(rstd),
+                                 ptr<T>(dx), ptr<k::Acc<T>>(dw), rows, dim);
     });
     const auto w_dtype = static_cast<torch::ScalarType>(ctx->saved_data["w_dtype"].toInt());
-    return {dx, dw.to(w_dtype), torch::Tensor()};
+    return {dx, dw.to(w_dtype), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -198,7 +215,47 @@ struct BandedSoftmaxFn : torch::autograd::Function<BandedSoftmaxFn> {
   }
 };
 
+// The part of block i of sliding_blocks inside [0, T): positions [lo, hi), at row lo - start.
+struct BlockSpan {
+  int64_t start, lo, hi;
+};
+BlockSpan block_span(int64_t i, int64_t first, int64_t step, int64_t length, int64_t T) {
+  const int64_t start = first + i * step;
+  return {start, std::max<int64_t>(start, 0), std::min(start + length, T)};
+}
+
+struct SlidingBlocksFn : torch::autograd::Function<SlidingBlocksFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t first,
+                               int64_t step, int64_t count, int64_t length) {
+    const int64_t T = x.size(2);
+    auto out = torch::zeros({x.size(0), x.size(1), count, length, x.size(3)}, x.options());
+    for (int64_t i = 0; i < count; ++i) {
+      auto [start, lo, hi] = block_span(i, first, step, length, T);
+      if (hi > lo) out.select(2, i).narrow(2, lo - start, hi - lo).copy_(x.narrow(2, lo, hi - lo));
+    }
+    ctx->saved_data["args"] = std::vector<int64_t>{first, step, count, length, T};
+    return out;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto a = ctx->saved_data["args"].toIntVector();
+    const int64_t first = a[0], step = a[1], count = a[2], length = a[3], T = a[4];
+    const auto& g = grads[0];
+    auto dx = torch::zeros({g.size(0), g.size(1), T, g.size(4)}, g.options());
+    for (int64_t i = 0; i < count; ++i) {
+      auto [start, lo, hi] = block_span(i, first, step, length, T);
+      if (hi > lo) dx.narrow(2, lo, hi - lo).add_(g.select(2, i).narrow(2, lo - start, hi - lo));
+    }
+    return {dx, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor sliding_blocks(const torch::Tensor& x, int64_t first, int64_t step, int64_t count,
+                             int64_t length) {
+  TORCH_CHECK(x.dim() == 4, "sliding_blocks: x must be [B, H, T, hd], got ", x.sizes());
+  return SlidingBlocksFn::apply(x, first, step, count, length);
+}
 
 std::pair<torch::Tensor, torch::Tensor> banded_softmax(const torch::Tensor& se,
                                                        const torch::Tensor& sb,
@@ -217,18 +274,28 @@ std::pair<torch::Tensor, torch::Tensor> banded_softmax(const torch::Tensor& se,
   return {out[0], out[1]};
 }
 
+// Under CPU autocast an f32 input is normalised in f32 and stored in the autocast dtype: every
+// consumer of a norm is a matmul that autocast would cast anyway (once per consumer: 7 casts of
+// the residual stream per attention layer, and as many f32 gradient sums in the backward).
+static torch::ScalarType rms_norm_out_dtype(const torch::Tensor& x) {
+  if (x.scalar_type() == torch::kFloat32 && at::autocast::is_cpu_enabled() &&
+      at::autocast::get_autocast_cpu_dtype() == torch::kBFloat16)
+    return torch::kBFloat16;
+  return x.scalar_type();
+}
+
 torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   // Normalise in at least f32 when x is bf16: the mean of squares loses too much precision
   // otherwise. f64 (gradient checks) stays f64.
   auto compute = acc_dtype(x.scalar_type());
   auto xf = x.to(compute);
   auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (y * weight.to(compute)).to(x.scalar_type());
+  return (y * weight.to(compute)).to(rms_norm_out_dtype(x));
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   if (!fusable(x) || x.numel() == 0) return rms_norm_reference(x, weight, eps);
-  return RMSNormFn::apply(x, weight, eps);
+  return RMSNormFn::apply(x, weight, eps, static_cast<int64_t>(rms_norm_out_dtype(x)));
 }
 
 torch::Tensor swiglu_reference(const torch::Tensor& g, const torch::Tensor& u) {

@@ -9,7 +9,8 @@
 
 namespace phasekv {
 
-// x * rsqrt(mean(x^2, -1) + eps) * weight, computed in f32 (f64 for f64 x), returned in x's dtype.
+// x * rsqrt(mean(x^2, -1) + eps) * weight, computed in f32 (f64 for f64 x), returned in x's dtype;
+// under bf16 CPU autocast an f32 x is returned in bf16 (its consumers are autocast matmuls).
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
@@ -33,6 +34,13 @@ std::pair<torch::Tensor, torch::Tensor> banded_softmax(const torch::Tensor& se,
                                                        const torch::Tensor& bias,
                                                        const torch::Tensor& sink, int64_t G,
                                                        int64_t Tp, int64_t Hkv);
+
+// Overlapping blocks of a sequence: x [B, H, T, hd] -> [B, H, count, length, hd], block i holding
+// positions first + i * step + [0, length), zeros outside [0, T). A contiguous copy whose backward
+// adds each block back in place (libtorch's unfold_backward took ~3 ms per call on the large
+// training step's [4, 2, 8, 64, 191] band).
+torch::Tensor sliding_blocks(const torch::Tensor& x, int64_t first, int64_t step, int64_t count,
+                             int64_t length);
 
 // Whether the fused kernels run for x: the fast path is selected and x is a CPU f32/f64/bf16
 // tensor.

@@ -8,6 +8,7 @@
 #include "io/safetensors.h"
 #include "model/decoder.h"
 #include "perf/flops.h"
+#include "perf/op_profile.h"
 #include "perf/timing.h"
 #include "util/fs.h"
 
@@ -59,8 +60,11 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
   r.flops_per_step = train_step_flops(spec.model, spec.batch, spec.seq);
   r.flops_per_s = r.flops_per_step / t.min_s;
   if (!profile.empty()) {
-    torch::autograd::profiler::RecordProfile trace(profile);
-    step();
+    {
+      torch::autograd::profiler::RecordProfile trace(profile);
+      step();
+    }
+    write_op_profile(step, profile + ".ops.tsv");
   }
   return r;
 }

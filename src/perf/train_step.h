@@ -33,7 +33,7 @@ struct TrainStepResult {
 
 // Times `reps` steps after `warmup` untimed ones, from weights initialised with `seed`. With a
 // profile path, one more step runs under libtorch's profiler and its trace (chrome://tracing
-// JSON) is written there.
+// JSON) is written there, and another under the op profiler (perf/op_profile.h): path + ".ops.tsv".
 TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, int warmup,
                                 int reps, uint64_t seed, const std::string& profile = "");
 
