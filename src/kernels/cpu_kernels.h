@@ -70,4 +70,12 @@ void banded_softmax_backward(const Acc<T>* p, const T* dpe, const T* dpb, T* dse
                              Acc<T>* dsink, int64_t R, int64_t E, int64_t L, int64_t G,
                              int64_t Tp, int64_t Hkv);
 
+// One AdamW update of n f32 parameters in a single pass, with libtorch's AdamW arithmetic:
+// p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).
+struct AdamWStep {
+  double lr, weight_decay, beta1, beta2, eps, bias_correction1, bias_correction2;
+};
+void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
+
 }  // namespace phasekv::kernels

@@ -10,6 +10,7 @@
 #include "perf/flops.h"
 #include "perf/op_profile.h"
 #include "perf/timing.h"
+#include "train/fused_adamw.h"
 #include "util/fs.h"
 
 namespace phasekv {
@@ -41,8 +42,8 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
                                 int reps, uint64_t seed, const std::string& profile) {
   auto model = seeded_model(spec, seed);
   auto tokens = train_step_tokens(spec, seed);
-  torch::optim::AdamW opt(model->parameters(),
-                          torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).weight_decay(0.1));
+  FusedAdamW opt(model->parameters(),
+                 torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).weight_decay(0.1));
   TrainStepResult r;
   r.precision = resolve_precision(precision);
   auto step = [&] {

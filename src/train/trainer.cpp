@@ -14,6 +14,7 @@
 #include "io/tokenizer.h"
 #include "model/precision.h"
 #include "train/batch.h"
+#include "train/fused_adamw.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -40,7 +41,7 @@ std::unique_ptr<torch::optim::AdamW> make_optimizer(Decoder& model, const TrainO
   auto nd = opts;
   nd.weight_decay(0.0);
   groups.emplace_back(no_decay, std::make_unique<torch::optim::AdamWOptions>(nd));
-  return std::make_unique<torch::optim::AdamW>(groups, opts);
+  return std::make_unique<FusedAdamW>(groups, opts);
 }
 
 std::string rng_state(const std::mt19937_64& rng) {
