@@ -37,6 +37,17 @@ void set_grads(const std::vector<torch::Tensor>& p, int step) {
   }
 }
 
+// Steps [from, to) of both optimisers, each over its own copy of the parameters.
+void run_steps(torch::optim::Optimizer& x, const std::vector<torch::Tensor>& px,
+               torch::optim::Optimizer& y, const std::vector<torch::Tensor>& py, int from, int to) {
+  for (int step = from; step < to; ++step) {
+    set_grads(px, step);
+    set_grads(py, step);
+    x.step();
+    y.step();
+  }
+}
+
 double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a - b).abs().max() / b.abs().max()).item<double>();
 }
@@ -47,12 +58,7 @@ TEST(FusedAdamW, MatchesLibtorchAdamWOverSteps) {
   auto a = params(1), b = params(1);
   FusedAdamW fused(groups(a), torch::optim::AdamWOptions(3e-3));
   torch::optim::AdamW plain(groups(b), torch::optim::AdamWOptions(3e-3));
-  for (int step = 0; step < 6; ++step) {
-    set_grads(a, step);
-    set_grads(b, step);
-    fused.step();
-    plain.step();
-  }
+  run_steps(fused, a, plain, b, 0, 6);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_LT(max_rel(a[i].detach(), b[i].detach()), 1e-6) << "param " << i;
     EXPECT_FALSE(torch::equal(a[i].detach(), params(1)[i].detach())) << "param " << i << " moved";
@@ -63,12 +69,7 @@ TEST(FusedAdamW, CheckpointsInterchangeWithLibtorchAdamW) {
   auto a = params(2), b = params(2);
   FusedAdamW fused(groups(a), torch::optim::AdamWOptions(3e-3));
   torch::optim::AdamW plain(groups(b), torch::optim::AdamWOptions(3e-3));
-  for (int step = 0; step < 3; ++step) {
-    set_grads(a, step);
-    set_grads(b, step);
-    fused.step();
-    plain.step();
-  }
+  run_steps(fused, a, plain, b, 0, 3);
   // Save the fused optimiser's state, load it into a fresh libtorch AdamW over copies of the
   // fused run's parameters, and continue both: they must stay together.
   auto path = (std::filesystem::temp_directory_path() / "phasekv_fused_adamw.pt").string();
@@ -78,12 +79,7 @@ TEST(FusedAdamW, CheckpointsInterchangeWithLibtorchAdamW) {
   torch::optim::AdamW restored(groups(c), torch::optim::AdamWOptions(3e-3));
   torch::load(restored, path);
   std::filesystem::remove(path);
-  for (int step = 3; step < 6; ++step) {
-    set_grads(a, step);
-    set_grads(c, step);
-    fused.step();
-    restored.step();
-  }
+  run_steps(fused, a, restored, c, 3, 6);
   for (size_t i = 0; i < a.size(); ++i)
     EXPECT_LT(max_rel(a[i].detach(), c[i].detach()), 1e-6) << "param " << i;
 }
