@@ -28,11 +28,6 @@ SIZES=(--contexts "$CONTEXTS")
   | tee "$OUT/bench.txt"
 
 if [ "$QUICK" != "--quick" ]; then
-  echo "== bf16 vs f32 training, configs/train/kv-chunked.toml, ${STEPS:=1500} steps"
-  for prec in f32 bf16; do
-    sed "s/^\[train\]$/[train]\nprecision = \"$prec\"/" configs/train/kv-chunked.toml \
-      > "$OUT/kv-chunked-$prec.toml"
-    "$PHASEKV" train --config "$OUT/kv-chunked-$prec.toml" --out "$OUT/train-$prec" \
-      --steps "$STEPS" 2>&1 | tail -n 3 | tee "$OUT/train-$prec.txt"
-  done
+  echo "== bf16 vs f32 training loss, configs/train/kv-chunked.toml, seeds ${SEEDS:=0 1 2 3 4}"
+  PHASEKV="$PHASEKV" OUT="$OUT/bf16-loss" SEEDS="$SEEDS" bash bench/bf16_loss.sh
 fi
