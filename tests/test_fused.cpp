@@ -137,7 +137,8 @@ TEST(Fused, ReferencePathBypassesTheKernels) {
   auto x = torch::randn({4, 8}).requires_grad_(true);
   auto w = torch::ones({8});
   auto fused = rms_norm(x, w, 1e-6);
-  EXPECT_NE(fused.grad_fn()->name().find("RMSNormFn"), std::string::npos) << fused.grad_fn()->name();
+  EXPECT_NE(fused.grad_fn()->name().find("RMSNormFn"), std::string::npos)
+      << fused.grad_fn()->name();
   AttentionPathGuard guard(AttentionPath::kReference);
   auto ref = rms_norm(x, w, 1e-6);
   EXPECT_EQ(ref.grad_fn()->name().find("RMSNormFn"), std::string::npos) << ref.grad_fn()->name();
@@ -226,4 +227,44 @@ TEST(Fused, SlidingBlocksMatchPaddedUnfold) {
     return padded.unfold(2, length, step).transpose(-1, -2);
   };
   expect_match(f, r, {x}, gy, 1e-15, "sliding_blocks");
+}
+
+TEST(Fused, DiagonalBandMatchesShiftedProducts) {
+  // L = 2 diagonals over T = 9 positions, 3 query heads per kv head: scores q[t] . k[t - l] and
+  // outputs sum_l p[t, l] v[t - l], zero before position 0, with their gradients.
+  torch::manual_seed(8);
+  const int64_t B = 2, Hkv = 2, T = 9, G = 3, hd = 5, L = 2;
+  auto shifted = [&](const torch::Tensor& x, int64_t l) {  // [B, Hkv, T, hd] -> key t - l
+    auto s = l == 0 ? x : torch::constant_pad_nd(x.narrow(2, 0, T - l), {0, 0, l, 0});
+    return s.unsqueeze(3);
+  };
+  auto scores_ref = [&](const std::vector<torch::Tensor>& in) {
+    std::vector<torch::Tensor> cols;
+    for (int64_t l = 0; l < L; ++l) cols.push_back((in[0] * shifted(in[1], l)).sum(-1));
+    return torch::stack(cols, -1);
+  };
+  auto output_ref = [&](const std::vector<torch::Tensor>& in) {
+    torch::Tensor o;
+    for (int64_t l = 0; l < L; ++l) {
+      auto term = in[0].select(-1, l).unsqueeze(-1) * shifted(in[1], l);
+      o = o.defined() ? o + term : term;
+    }
+    return o;
+  };
+  for (auto dt : kDtypes) {
+    auto q = torch::randn({B, Hkv, T, G, hd}, torch::kFloat64).to(dt);
+    auto k = torch::randn({B, Hkv, T, hd}, torch::kFloat64).to(dt);
+    auto p = torch::rand({B, Hkv, T, G, L}, torch::kFloat64).to(dt);
+    const std::string name(c10::toString(dt));
+    auto scores = [&](const std::vector<torch::Tensor>& in) {
+      return band_diag_scores(in[0], in[1], L);
+    };
+    auto output = [&](const std::vector<torch::Tensor>& in) {
+      return band_diag_output(in[0], in[1], L);
+    };
+    expect_match(scores, scores_ref, {q, k}, torch::randn({B, Hkv, T, G, L}, torch::kFloat64),
+                 tolerance(dt), "band_diag_scores " + name);
+    expect_match(output, output_ref, {p, k}, torch::randn({B, Hkv, T, G, hd}, torch::kFloat64),
+                 tolerance(dt), "band_diag_output " + name);
+  }
 }

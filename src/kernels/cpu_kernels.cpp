@@ -68,7 +68,9 @@ inline A sigmoid(A x) {
 
 // Elements per parallel task for element-wise loops, rows per task for row-wise ones.
 constexpr int64_t kGrain = 1 << 15;
-inline int64_t row_grain(int64_t dim) { return std::max<int64_t>(1, kGrain / std::max<int64_t>(dim, 1)); }
+inline int64_t row_grain(int64_t dim) {
+  return std::max<int64_t>(1, kGrain / std::max<int64_t>(dim, 1));
+}
 
 }  // namespace
 
@@ -326,6 +328,117 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
   });
 }
 
+namespace {
+
+template <class T>
+Acc<T> dot(const T* __restrict a, const T* __restrict b, int64_t n) {
+  Acc<T> d = 0;
+#pragma omp simd reduction(+ : d)
+  for (int64_t i = 0; i < n; ++i) d += load(a[i]) * load(b[i]);
+  return d;
+}
+
+// acc[0, n) += w * x[0, n).
+template <class T>
+void axpy(Acc<T> w, const T* __restrict x, Acc<T>* __restrict acc, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) acc[i] += w * load(x[i]);
+}
+
+template <class T>
+void store_all(const Acc<T>* __restrict acc, T* __restrict out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) out[i] = store<T>(acc[i]);
+}
+
+}  // namespace
+
+template <class T>
+void band_diag_scores(const T* q, const T* k, T* s, int64_t BH, int64_t T_len, int64_t G,
+                      int64_t hd, int64_t L) {
+  at::parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* kb = k + b * T_len * hd;
+      for (int64_t t = 0; t < T_len; ++t)
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t row = (b * T_len + t) * G + g;
+          for (int64_t l = 0; l < L; ++l)
+            s[row * L + l] =
+                store<T>(t - l >= 0 ? dot(q + row * hd, kb + (t - l) * hd, hd) : Acc<T>(0));
+        }
+    }
+  });
+}
+
+template <class T>
+void band_diag_scores_backward(const T* ds, const T* q, const T* k, T* dq, T* dk, int64_t BH,
+                               int64_t T_len, int64_t G, int64_t hd, int64_t L) {
+  at::parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) {
+    // Key gradients collect from L query positions: accumulate in f32 per slice.
+    std::vector<Acc<T>> dk_acc(static_cast<size_t>(T_len * hd)), dq_acc(static_cast<size_t>(hd));
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* kb = k + b * T_len * hd;
+      std::fill(dk_acc.begin(), dk_acc.end(), Acc<T>(0));
+      for (int64_t t = 0; t < T_len; ++t)
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t row = (b * T_len + t) * G + g;
+          std::fill(dq_acc.begin(), dq_acc.end(), Acc<T>(0));
+          for (int64_t l = 0; l < L && t - l >= 0; ++l) {
+            const Acc<T> w = load(ds[row * L + l]);
+            axpy(w, kb + (t - l) * hd, dq_acc.data(), hd);
+            axpy(w, q + row * hd, dk_acc.data() + (t - l) * hd, hd);
+          }
+          store_all(dq_acc.data(), dq + row * hd, hd);
+        }
+      store_all(dk_acc.data(), dk + b * T_len * hd, T_len * hd);
+    }
+  });
+}
+
+template <class T>
+void band_diag_output(const T* p, const T* v, T* o, int64_t BH, int64_t T_len, int64_t G,
+                      int64_t hd, int64_t L) {
+  at::parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<Acc<T>> acc(static_cast<size_t>(hd));
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* vb = v + b * T_len * hd;
+      for (int64_t t = 0; t < T_len; ++t)
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t row = (b * T_len + t) * G + g;
+          std::fill(acc.begin(), acc.end(), Acc<T>(0));
+          for (int64_t l = 0; l < L && t - l >= 0; ++l)
+            axpy(load(p[row * L + l]), vb + (t - l) * hd, acc.data(), hd);
+          store_all(acc.data(), o + row * hd, hd);
+        }
+    }
+  });
+}
+
+template <class T>
+void band_diag_output_backward(const T* dout, const T* p, const T* v, T* dp, T* dv, int64_t BH,
+                               int64_t T_len, int64_t G, int64_t hd, int64_t L) {
+  at::parallel_for(0, BH, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<Acc<T>> dv_acc(static_cast<size_t>(T_len * hd));
+    for (int64_t b = b0; b < b1; ++b) {
+      const T* vb = v + b * T_len * hd;
+      std::fill(dv_acc.begin(), dv_acc.end(), Acc<T>(0));
+      for (int64_t t = 0; t < T_len; ++t)
+        for (int64_t g = 0; g < G; ++g) {
+          const int64_t row = (b * T_len + t) * G + g;
+          for (int64_t l = 0; l < L; ++l) {
+            if (t - l < 0) {
+              dp[row * L + l] = store<T>(Acc<T>(0));
+              continue;
+            }
+            dp[row * L + l] = store<T>(dot(dout + row * hd, vb + (t - l) * hd, hd));
+            axpy(load(p[row * L + l]), dout + row * hd, dv_acc.data() + (t - l) * hd, hd);
+          }
+        }
+      store_all(dv_acc.data(), dv + b * T_len * hd, T_len * hd);
+    }
+  });
+}
+
 #define PHASEKV_INSTANTIATE_NORM(T, O)                                                           \
   template void rms_norm_forward<T, O>(const T*, const Acc<T>*, O*, Acc<T>*, int64_t, int64_t,   \
                                        double);                                                  \
@@ -346,7 +459,15 @@ PHASEKV_INSTANTIATE_NORM(float, Bf16)
                                           Acc<T>*, T*, T*, int64_t, int64_t, int64_t, int64_t,   \
                                           int64_t, int64_t);                                     \
   template void banded_softmax_backward<T>(const Acc<T>*, const T*, const T*, T*, T*, Acc<T>*,   \
-                                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+                                           int64_t, int64_t, int64_t, int64_t, int64_t, int64_t); \
+  template void band_diag_scores<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t,  \
+                                    int64_t);                                                    \
+  template void band_diag_scores_backward<T>(const T*, const T*, const T*, T*, T*, int64_t,      \
+                                             int64_t, int64_t, int64_t, int64_t);                \
+  template void band_diag_output<T>(const T*, const T*, T*, int64_t, int64_t, int64_t, int64_t,  \
+                                    int64_t);                                                    \
+  template void band_diag_output_backward<T>(const T*, const T*, const T*, T*, T*, int64_t,      \
+                                             int64_t, int64_t, int64_t, int64_t);
 PHASEKV_INSTANTIATE(float)
 PHASEKV_INSTANTIATE(double)
 PHASEKV_INSTANTIATE(Bf16)

@@ -70,6 +70,24 @@ void banded_softmax_backward(const Acc<T>* p, const T* dpe, const T* dpb, T* dse
                              Acc<T>* dsink, int64_t R, int64_t E, int64_t L, int64_t G,
                              int64_t Tp, int64_t Hkv);
 
+// A narrow attention band as L diagonals, for BH independent (batch, kv head) slices of T
+// positions, G query heads per kv head and head size hd. Query rows q: [BH, T, G, hd]; keys and
+// values k, v: [BH, T, hd]; scores and probabilities s, p: [BH, T, G, L], column l being the key
+// l positions back (zero before position 0).
+//   scores: s[t, g, l] = q[t, g] . k[t - l]        output: o[t, g] = sum_l p[t, g, l] v[t - l]
+template <class T>
+void band_diag_scores(const T* q, const T* k, T* s, int64_t BH, int64_t T_len, int64_t G,
+                      int64_t hd, int64_t L);
+template <class T>
+void band_diag_scores_backward(const T* ds, const T* q, const T* k, T* dq, T* dk, int64_t BH,
+                               int64_t T_len, int64_t G, int64_t hd, int64_t L);
+template <class T>
+void band_diag_output(const T* p, const T* v, T* o, int64_t BH, int64_t T_len, int64_t G,
+                      int64_t hd, int64_t L);
+template <class T>
+void band_diag_output_backward(const T* dout, const T* p, const T* v, T* dp, T* dv, int64_t BH,
+                               int64_t T_len, int64_t G, int64_t hd, int64_t L);
+
 // One AdamW update of n f32 parameters in a single pass, with libtorch's AdamW arithmetic:
 // p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).

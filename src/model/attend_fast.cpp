@@ -164,6 +164,8 @@ torch::Tensor band_scores(const Dims& d, const Layout& lay, const torch::Tensor&
     return s.view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.L});
   }
   auto qv = qb.view({d.B, d.Hkv, d.T, d.G, d.hd});
+  if (fused_kernels_apply(qv))
+    return band_diag_scores(qv, rk, lay.L).view({d.B, d.Hkv, 1, d.T, d.G, lay.L});
   std::vector<torch::Tensor> cols;
   for (int64_t off = 0; off < lay.L; ++off) cols.push_back((qv * shifted(rk, off)).sum(-1));
   return torch::stack(cols, -1).view({d.B, d.Hkv, 1, d.T, d.G, lay.L});
@@ -175,6 +177,10 @@ torch::Tensor band_output(const Dims& d, const Layout& lay, const torch::Tensor&
   if (!lay.diagonal) {
     auto p = pb.reshape({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, lay.L});
     return torch::matmul(p, raw_blocks(rv, lay));
+  }
+  if (fused_kernels_apply(rv)) {
+    auto p = pb.reshape({d.B, d.Hkv, d.T, d.G, lay.L});
+    return band_diag_output(p, rv, lay.L).view({d.B, d.Hkv, 1, d.T * d.G, d.hd});
   }
   // unbind, not select: its backward is one stack instead of a zero-filled tensor per column.
   auto cols = pb.view({d.B, d.Hkv, d.T, d.G, lay.L}).unbind(-1);

@@ -178,7 +178,8 @@ struct BandedSoftmaxFn : torch::autograd::Function<BandedSoftmaxFn> {
     dispatch(se, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       k::banded_softmax_forward<T>(ptr_or_null<T>(se), ptr_or_null<T>(sb), ptr<float>(bias),
-                                   ptr_or_null<k::Acc<T>>(sink), ptr<k::Acc<T>>(p), ptr_or_null<T>(pe),
+                                   ptr_or_null<k::Acc<T>>(sink), ptr<k::Acc<T>>(p),
+                                   ptr_or_null<T>(pe),
                                    ptr_or_null<T>(pb), R, E, L, G, Tp, Hkv);
     });
     ctx->save_for_backward({p});
@@ -249,7 +250,88 @@ struct SlidingBlocksFn : torch::autograd::Function<SlidingBlocksFn> {
   }
 };
 
+// Sizes of a diagonal band call: q-like [B, Hkv, T, G, hd or L], kv [B, Hkv, T, hd].
+struct DiagDims {
+  int64_t BH, T, G, hd;
+};
+DiagDims diag_dims(const torch::Tensor& rows, const torch::Tensor& kv) {
+  TORCH_CHECK(rows.dim() == 5 && kv.dim() == 4 && rows.size(0) == kv.size(0) &&
+                  rows.size(1) == kv.size(1) && rows.size(2) == kv.size(2),
+              "band_diag: rows ", rows.sizes(), " and keys/values ", kv.sizes(), " do not match");
+  return {kv.size(0) * kv.size(1), kv.size(2), rows.size(3), kv.size(3)};
+}
+
+struct BandDiagScoresFn : torch::autograd::Function<BandDiagScoresFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q_in,
+                               const torch::Tensor& k_in, int64_t L) {
+    auto q = q_in.contiguous(), k = k_in.to(q.scalar_type()).contiguous();
+    const auto d = diag_dims(q, k);
+    auto s = torch::empty({q.size(0), q.size(1), d.T, d.G, L}, q.options());
+    dispatch(q, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      k::band_diag_scores<T>(ptr<T>(q), ptr<T>(k), ptr<T>(s), d.BH, d.T, d.G, d.hd, L);
+    });
+    ctx->save_for_backward({q, k});
+    ctx->saved_data["L"] = L;
+    return s;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &q = saved[0], &k = saved[1];
+    const int64_t L = ctx->saved_data["L"].toInt();
+    const auto d = diag_dims(q, k);
+    auto ds = grads[0].to(q.scalar_type()).contiguous();
+    auto dq = torch::empty_like(q), dk = torch::empty_like(k);
+    dispatch(q, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      k::band_diag_scores_backward<T>(ptr<T>(ds), ptr<T>(q), ptr<T>(k), ptr<T>(dq), ptr<T>(dk),
+                                      d.BH, d.T, d.G, d.hd, L);
+    });
+    return {dq, dk, torch::Tensor()};
+  }
+};
+
+struct BandDiagOutputFn : torch::autograd::Function<BandDiagOutputFn> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& p_in,
+                               const torch::Tensor& v_in, int64_t L) {
+    auto v = v_in.contiguous(), p = p_in.to(v.scalar_type()).contiguous();
+    const auto d = diag_dims(p, v);
+    auto o = torch::empty({v.size(0), v.size(1), d.T, d.G, d.hd}, v.options());
+    dispatch(v, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      k::band_diag_output<T>(ptr<T>(p), ptr<T>(v), ptr<T>(o), d.BH, d.T, d.G, d.hd, L);
+    });
+    ctx->save_for_backward({p, v});
+    ctx->saved_data["L"] = L;
+    ctx->saved_data["p_dtype"] = static_cast<int64_t>(p_in.scalar_type());
+    return o;
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &p = saved[0], &v = saved[1];
+    const int64_t L = ctx->saved_data["L"].toInt();
+    const auto d = diag_dims(p, v);
+    auto dout = grads[0].to(v.scalar_type()).contiguous();
+    auto dp = torch::empty_like(p), dv = torch::empty_like(v);
+    dispatch(v, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      k::band_diag_output_backward<T>(ptr<T>(dout), ptr<T>(p), ptr<T>(v), ptr<T>(dp), ptr<T>(dv),
+                                      d.BH, d.T, d.G, d.hd, L);
+    });
+    const auto p_dtype = static_cast<torch::ScalarType>(ctx->saved_data["p_dtype"].toInt());
+    return {dp.to(p_dtype), dv, torch::Tensor()};
+  }
+};
+
 }  // namespace
+
+torch::Tensor band_diag_scores(const torch::Tensor& q, const torch::Tensor& k, int64_t L) {
+  return BandDiagScoresFn::apply(q, k, L);
+}
+
+torch::Tensor band_diag_output(const torch::Tensor& p, const torch::Tensor& v, int64_t L) {
+  return BandDiagOutputFn::apply(p, v, L);
+}
 
 torch::Tensor sliding_blocks(const torch::Tensor& x, int64_t first, int64_t step, int64_t count,
                              int64_t length) {
@@ -319,7 +401,8 @@ torch::Tensor rope_rotate_reference(const torch::Tensor& x, const torch::Tensor&
   return torch::cat({rotated, x.narrow(-1, 2 * half, dim - 2 * half)}, -1);
 }
 
-torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos,
+                          const torch::Tensor& sin) {
   if (!fusable(x) || x.numel() == 0) return rope_rotate_reference(x, cos, sin);
   return RopeFn::apply(x, cos, sin);
 }

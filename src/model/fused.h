@@ -20,7 +20,8 @@ torch::Tensor swiglu_reference(const torch::Tensor& g, const torch::Tensor& u);
 
 // NeoX rotary embedding of the first 2 * cos.size(1) channels of x: [..., T, dim], cos/sin
 // [T, half] (f64; cast to the arithmetic type here).
-torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos,
+                          const torch::Tensor& sin);
 torch::Tensor rope_rotate_reference(const torch::Tensor& x, const torch::Tensor& cos,
                                     const torch::Tensor& sin);
 
@@ -41,6 +42,13 @@ std::pair<torch::Tensor, torch::Tensor> banded_softmax(const torch::Tensor& se,
 // training step's [4, 2, 8, 64, 191] band).
 torch::Tensor sliding_blocks(const torch::Tensor& x, int64_t first, int64_t step, int64_t count,
                              int64_t length);
+
+// The narrow (diagonal) band of attend_fast: L diagonals, key l positions back, zero before 0.
+// q: [B, Hkv, T, G, hd], k: [B, Hkv, T, hd] -> scores [B, Hkv, T, G, L].
+torch::Tensor band_diag_scores(const torch::Tensor& q, const torch::Tensor& k, int64_t L);
+// p: [B, Hkv, T, G, L], v: [B, Hkv, T, hd] -> sum_l p[..., l] v[t - l]: [B, Hkv, T, G, hd], in
+// v's dtype.
+torch::Tensor band_diag_output(const torch::Tensor& p, const torch::Tensor& v, int64_t L);
 
 // Whether the fused kernels run for x: the fast path is selected and x is a CPU f32/f64/bf16
 // tensor.
