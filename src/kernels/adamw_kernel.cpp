@@ -35,5 +35,4 @@ void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const
   });
 }
 
-
 }  // namespace phasekv::kernels

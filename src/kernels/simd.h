@@ -75,5 +75,4 @@ inline int64_t row_grain(int64_t dim) {
   return std::max<int64_t>(1, kGrain / std::max<int64_t>(dim, 1));
 }
 
-
 }  // namespace phasekv::kernels::detail

@@ -229,9 +229,12 @@ torch::Tensor attend_banded(const AttentionConfig& a, const Dims& d, const Band&
       auto col = sink.to(dtype).view({1, d.Hkv, 1, d.G}).expand({d.B, d.Hkv, lay.Tp, d.G});
       s = torch::cat({s, col.reshape({R, 1})}, -1);
     }
-    auto p = torch::softmax(s, -1);
-    pe = p.narrow(-1, 0, E);
-    pb = p.narrow(-1, E, lay.L);
+    // split, not two narrows: split's backward is one cat, each narrow's a zero-filled tensor.
+    std::vector<int64_t> sizes{E, lay.L};
+    if (sink.defined()) sizes.push_back(1);
+    auto pieces = torch::softmax(s, -1).split_with_sizes(sizes, -1);
+    pe = pieces[0];
+    pb = pieces[1];
   }
 
   const auto vtype = (E > 0 ? ev : rv).scalar_type();

@@ -17,8 +17,6 @@ namespace {
 
 using namespace fused_detail;
 
-bool fusable(const torch::Tensor& x) { return fused_kernels_apply(x); }
-
 // Calls f with the kernels' (input, output) storage types of an RMSNorm: the same type, or f32
 // in and bf16 out.
 template <class F>
@@ -145,7 +143,7 @@ torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& we
 }
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
-  if (!fusable(x) || x.numel() == 0) return rms_norm_reference(x, weight, eps);
+  if (!fused_kernels_apply(x) || x.numel() == 0) return rms_norm_reference(x, weight, eps);
   return RMSNormFn::apply(x, weight, eps, static_cast<int64_t>(rms_norm_out_dtype(x)));
 }
 
@@ -154,7 +152,7 @@ torch::Tensor swiglu_reference(const torch::Tensor& g, const torch::Tensor& u) {
 }
 
 torch::Tensor swiglu(const torch::Tensor& g, const torch::Tensor& u) {
-  if (!fusable(g) || g.scalar_type() != u.scalar_type() || g.sizes() != u.sizes())
+  if (!fused_kernels_apply(g) || g.scalar_type() != u.scalar_type() || g.sizes() != u.sizes())
     return swiglu_reference(g, u);
   return SwiGLUFn::apply(g, u);
 }
@@ -172,7 +170,7 @@ torch::Tensor rope_rotate_reference(const torch::Tensor& x, const torch::Tensor&
 
 torch::Tensor rope_rotate(const torch::Tensor& x, const torch::Tensor& cos,
                           const torch::Tensor& sin) {
-  if (!fusable(x) || x.numel() == 0) return rope_rotate_reference(x, cos, sin);
+  if (!fused_kernels_apply(x) || x.numel() == 0) return rope_rotate_reference(x, cos, sin);
   return RopeFn::apply(x, cos, sin);
 }
 
