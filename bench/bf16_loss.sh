@@ -28,7 +28,7 @@ for seed in $SEEDS; do
   done
 done
 python3 - "$OUT" $SEEDS <<'PY'
-import json, math, statistics as st, sys
+import json, math, os, statistics as st, sys
 out, seeds = sys.argv[1], [int(s) for s in sys.argv[2:]]
 # One-sided 95 % Student t quantiles by degrees of freedom (scipy is not a dependency).
 T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 1.860, 9: 1.833,
@@ -36,16 +36,18 @@ T95 = {1: 6.314, 2: 2.920, 3: 2.353, 4: 2.132, 5: 2.015, 6: 1.943, 7: 1.895, 8: 
 def final(seed, prec):
     with open(f"{out}/out-{seed}-{prec}/train_log.jsonl") as f:
         return json.loads(f.read().strip().splitlines()[-1])
-rows = []
-with open(f"{out}/bf16_loss.csv", "w") as csv:
-    csv.write("seed,steps,f32_loss,bf16_loss,ratio,f32_eval_acc,bf16_eval_acc\n")
-    for s in seeds:
-        a, b = final(s, "f32"), final(s, "bf16")
-        r = b["loss"] / a["loss"]
-        rows.append(r)
-        csv.write(f"{s},{a['step']},{a['loss']:.6f},{b['loss']:.6f},{r:.6f},"
-                  f"{a.get('eval_acc', '')},{b.get('eval_acc', '')}\n")
-        print(f"seed {s}: f32 {a['loss']:.4f}  bf16 {b['loss']:.4f}  bf16/f32 {r:.4f}")
+def write_atomic(path, text):  # a reader never sees half a file
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+rows, csv_lines = [], ["seed,steps,f32_loss,bf16_loss,ratio,f32_eval_acc,bf16_eval_acc\n"]
+for s in seeds:
+    a, b = final(s, "f32"), final(s, "bf16")
+    r = b["loss"] / a["loss"]
+    rows.append(r)
+    csv_lines.append(f"{s},{a['step']},{a['loss']:.6f},{b['loss']:.6f},{r:.6f},"
+                     f"{a.get('eval_acc', '')},{b.get('eval_acc', '')}\n")
+    print(f"seed {s}: f32 {a['loss']:.4f}  bf16 {b['loss']:.4f}  bf16/f32 {r:.4f}")
 n = len(rows)
 summary = {"seeds": seeds, "mean_ratio": st.mean(rows)}
 if n > 1:
@@ -55,6 +57,6 @@ if n > 1:
     print(f"bf16/f32 final loss over {n} seeds: mean {summary['mean_ratio']:.4f}, "
           f"sd {summary['sd_ratio']:.4f}, one-sided 95 % upper bound {summary['upper95_ratio']:.4f}"
           f" ({'within' if summary['upper95_ratio'] <= 1.02 else 'NOT shown within'} 2 %)")
-with open(f"{out}/bf16_loss.json", "w") as f:
-    json.dump(summary, f, indent=2)
+write_atomic(f"{out}/bf16_loss.csv", "".join(csv_lines))
+write_atomic(f"{out}/bf16_loss.json", json.dumps(summary, indent=2) + "\n")
 PY
