@@ -7,11 +7,16 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "model/precision.h"
 #include "perf/alloc_count.h"
 #include "perf/fit.h"
 #include "perf/flops.h"
+#include "perf/op_profile.h"
 #include "perf/stream_bench.h"
 #include "runtime/session.h"
 #include "train/trainer.h"
@@ -95,6 +100,41 @@ TEST(PerfAllocCounter, CountsTensorAllocationsOnlyWhileInScope) {
   EXPECT_GE(s.bytes, 4000);
   auto after = torch::empty({10});  // the default allocator is back
   EXPECT_EQ(after.numel(), 10);
+}
+
+// The op table counts each (op, input shapes) once per call; the warm-up runs the function
+// once and leaves the profiler off, so the table that follows it records only its own run.
+TEST(PerfOpProfile, TableCountsCallsPerOpAndShapeAfterAWarmUp) {
+  auto a = torch::randn({8, 16}), b = torch::randn({16, 4}), c = torch::randn({4, 8});
+  int runs = 0;
+  auto f = [&] {
+    ++runs;
+    for (int i = 0; i < 3; ++i) (void)torch::mm(a, b);
+    (void)torch::mm(c, a);
+  };
+  warm_up_op_profiler(f);
+  EXPECT_EQ(runs, 1);
+  const auto path = (std::filesystem::temp_directory_path() / "phasekv_op_profile.tsv").string();
+  write_op_profile(f, path);
+  EXPECT_EQ(runs, 2);
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "self_ms\tshare\tcalls\top\tinput_shapes");
+  std::map<std::string, int> calls;  // "op shapes" -> calls
+  double share = 0;
+  while (std::getline(in, line)) {
+    std::vector<std::string> cols;
+    std::stringstream ss(line);
+    for (std::string col; std::getline(ss, col, '\t');) cols.push_back(col);
+    ASSERT_EQ(cols.size(), 5u) << line;
+    share += std::stod(cols[1]);
+    calls[cols[3] + " " + cols[4]] += std::stoi(cols[2]);
+  }
+  EXPECT_EQ(calls["aten::mm [8,16] [16,4]"], 3);
+  EXPECT_EQ(calls["aten::mm [4,8] [8,16]"], 1);
+  EXPECT_NEAR(share, 1.0, 1e-3);
+  std::filesystem::remove(path);
 }
 
 // The trainer runs bf16 where the CPU has native bf16 (else f32), records it, and learns.

@@ -31,12 +31,21 @@ struct Row {
 
 }  // namespace
 
-void write_op_profile(const std::function<void()>& f, const std::string& path) {
+// Runs f under the legacy CPU profiler with input shapes recorded; returns what it recorded.
+static prof::thread_event_lists profile_with_shapes(const std::function<void()>& f) {
   prof::enableProfilerLegacy(
       torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU,
                                             /*report_input_shapes=*/true));
   f();
-  auto lists = prof::disableProfilerLegacy();
+  return prof::disableProfilerLegacy();
+}
+
+void warm_up_op_profiler(const std::function<void()>& f) {
+  (void)profile_with_shapes(f);
+}
+
+void write_op_profile(const std::function<void()>& f, const std::string& path) {
+  auto lists = profile_with_shapes(f);
   std::map<std::pair<std::string, std::string>, Row> rows;
   double total_us = 0;
   for (const auto& events : lists) {
@@ -67,8 +76,8 @@ void write_op_profile(const std::function<void()>& f, const std::string& path) {
   std::ostringstream out;
   out << "self_ms\tshare\tcalls\top\tinput_shapes\n";
   for (const auto& [key, r] : sorted) {
-    out << r.self_us / 1e3 << "\t" << (total_us > 0 ? r.self_us / total_us : 0) << "\t"
-        << r.calls << "\t" << key.first << "\t" << key.second << "\n";
+    out << r.self_us / 1e3 << "\t" << (total_us > 0 ? r.self_us / total_us : 0) << "\t" << r.calls
+        << "\t" << key.first << "\t" << key.second << "\n";
   }
   write_file_atomic(path, out.str());
 }

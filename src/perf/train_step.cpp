@@ -61,6 +61,7 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
   r.flops_per_step = train_step_flops(spec.model, spec.batch, spec.seq);
   r.flops_per_s = r.flops_per_step / t.min_s;
   if (!profile.empty()) {
+    warm_up_op_profiler(step);  // else the first row's trace and table are inflated
     {
       torch::autograd::profiler::RecordProfile trace(profile);
       step();
