@@ -12,6 +12,7 @@
 #include "model/attend_fast.h"
 #include "model/attention.h"
 #include "model/decoder.h"
+#include "model/fused.h"
 #include "model/precision.h"
 
 namespace phasekv {
@@ -100,6 +101,28 @@ BENCHMARK(BM_Gemm1024)
     ->Arg(0)
     ->Arg(1)
     ->Unit(benchmark::kMillisecond)
+    ->MeasureProcessCPUTime()
+    ->UseRealTime();
+
+// The small model's chunked-layer entry products, batch 128 (sequences) of [128 x 16] x [16 x 8]
+// (scores) or [128 x 8] x [8 x 16] (outputs), f32. state.range: 0 = which product (0 scores, 1
+// outputs), 1 = 0 torch::matmul (one BLAS call per matrix), 1 batched_matmul (one kernel).
+void BM_SmallBatchedMatmul(benchmark::State& state) {
+  const bool scores = state.range(0) == 0, fused = state.range(1) == 1;
+  const int64_t rows = 128, inner = scores ? 16 : 8, cols = scores ? 8 : 16;
+  torch::manual_seed(0);
+  auto a = torch::randn({128, rows, inner}), b = torch::randn({128, inner, cols});
+  for (auto _ : state)
+    benchmark::DoNotOptimize(
+        (fused ? batched_matmul(a, b, false) : torch::matmul(a, b)).data_ptr());
+  state.SetLabel(std::string(scores ? "scores " : "outputs ") +
+                 (fused ? "batched_matmul" : "torch::matmul"));
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * 128 * rows * inner * cols,
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SmallBatchedMatmul)
+    ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
     ->MeasureProcessCPUTime()
     ->UseRealTime();
 

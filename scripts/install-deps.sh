@@ -9,6 +9,9 @@ PACKAGES=(
   # Without the pthread OpenBLAS, Debian's libtorch falls back to the reference BLAS:
   # fp32 matmul measured ~50x slower on the CI machine.
   libopenblas0-pthread
+  # oneDNN's headers: phasekv runs its f32 GEMMs through oneDNN's sgemm (AVX-512), ~2x the
+  # AVX2 kernels OpenBLAS 0.3.21 picks on CPUs it does not know (measured on AMD Zen 5).
+  libdnnl-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libfmt-dev
   libsentencepiece-dev libtomlplusplus-dev
   googletest libgtest-dev libbenchmark-dev

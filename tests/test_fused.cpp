@@ -268,3 +268,102 @@ TEST(Fused, DiagonalBandMatchesShiftedProducts) {
                  tolerance(dt), "band_diag_output " + name);
   }
 }
+
+TEST(Fused, BatchedMatmulMatchesMatmulWithTailsAndTransposes) {
+  // Row counts and widths that are not whole register blocks (M = 13, N = 11, K = 7), a
+  // contraction longer than one block (M = 40 in the backward's A^T dC), both layouts of b.
+  torch::manual_seed(9);
+  struct Shape {
+    std::vector<int64_t> lead;
+    int64_t M, N, K;
+  };
+  // The last shape (64 x 80 x 96 per matrix) is past the small kernel: oneDNN's sgemm in f32.
+  for (const auto& s : {Shape{{2, 3}, 13, 11, 7}, Shape{{5}, 40, 8, 16}, Shape{{1}, 1, 1, 1},
+                        Shape{{2}, 64, 80, 96}}) {
+    for (auto dt : {torch::kFloat64, torch::kFloat32}) {
+      if (dt == torch::kFloat64 && s.M * s.N * s.K > (1 << 18)) continue;  // libtorch's
+      for (bool trans_b : {false, true}) {
+        auto shape = [&](int64_t r, int64_t c) {
+          auto v = s.lead;
+          v.push_back(r);
+          v.push_back(c);
+          return v;
+        };
+        auto a = torch::randn(shape(s.M, s.K), torch::kFloat64).to(dt);
+        auto b = torch::randn(trans_b ? shape(s.N, s.K) : shape(s.K, s.N), torch::kFloat64).to(dt);
+        auto gy = torch::randn(shape(s.M, s.N), torch::kFloat64);
+        auto f = [&](const std::vector<torch::Tensor>& in) {
+          auto y = batched_matmul(in[0], in[1], trans_b);
+          EXPECT_NE(y.grad_fn()->name().find("BatchedMatmulFn"), std::string::npos);
+          return y;
+        };
+        auto r = [&](const std::vector<torch::Tensor>& in) {
+          return torch::matmul(in[0], trans_b ? in[1].transpose(-1, -2) : in[1]);
+        };
+        const std::string name = std::string(c10::toString(dt)) + " M=" + std::to_string(s.M) +
+                                 (trans_b ? " a b^T" : " a b");
+        expect_match(f, r, {a, b}, gy, tolerance(dt), "batched_matmul " + name);
+      }
+    }
+  }
+}
+
+TEST(Fused, BatchedMatmulLeavesBf16AutocastAndLargeF64ProductsToLibtorch) {
+  auto node = [](const torch::Tensor& a, const torch::Tensor& b) {
+    return batched_matmul(a.requires_grad_(true), b, false).grad_fn()->name();
+  };
+  const std::string fused = "BatchedMatmulFn";
+  EXPECT_NE(node(torch::randn({2, 8, 4}), torch::randn({2, 4, 8})).find(fused), std::string::npos);
+  // 128 x 64 x 64 multiply-adds per matrix: past the small kernel, f32 through oneDNN, f64
+  // (gradient checks only) through libtorch.
+  EXPECT_NE(node(torch::randn({2, 128, 64}), torch::randn({2, 64, 64})).find(fused),
+            std::string::npos);
+  EXPECT_EQ(
+      node(torch::randn({2, 128, 64}, torch::kFloat64), torch::randn({2, 64, 64}, torch::kFloat64))
+          .find(fused),
+      std::string::npos);
+  EXPECT_EQ(
+      node(torch::randn({2, 8, 4}, torch::kBFloat16), torch::randn({2, 4, 8}, torch::kBFloat16))
+          .find(fused),
+      std::string::npos);
+  {
+    PrecisionGuard autocast(Precision::kBf16, /*force=*/true);
+    auto y = batched_matmul(torch::randn({2, 8, 4}), torch::randn({2, 4, 8}), false);
+    EXPECT_EQ(y.scalar_type(), torch::kBFloat16);  // libtorch's autocast matmul ran
+  }
+  AttentionPathGuard guard(AttentionPath::kReference);
+  EXPECT_EQ(node(torch::randn({2, 8, 4}), torch::randn({2, 4, 8})).find(fused), std::string::npos);
+}
+
+TEST(Fused, LinearMatchesFunctionalLinearWithAndWithoutBias) {
+  // f32 through oneDNN against libtorch's linear (OpenBLAS): values and the three gradients, on
+  // 3-d input and widths that are not multiples of a vector.
+  torch::manual_seed(10);
+  auto x = torch::randn({3, 37, 29}), w = torch::randn({19, 29}), b = torch::randn({19});
+  auto gy = torch::randn({3, 37, 19}, torch::kFloat64);
+  auto with_bias = [](const std::vector<torch::Tensor>& in) {
+    auto y = linear(in[0], in[1], in[2]);
+    EXPECT_NE(y.grad_fn()->name().find("LinearFn"), std::string::npos);
+    return y;
+  };
+  auto ref_bias = [](const std::vector<torch::Tensor>& in) {
+    return torch::nn::functional::linear(in[0], in[1], in[2]);
+  };
+  expect_match(with_bias, ref_bias, {x, w, b}, gy, 1e-5, "linear with bias");
+  auto no_bias = [](const std::vector<torch::Tensor>& in) {
+    return linear(in[0], in[1], torch::Tensor());
+  };
+  auto ref_no_bias = [](const std::vector<torch::Tensor>& in) {
+    return torch::matmul(in[0], in[1].t());
+  };
+  expect_match(no_bias, ref_no_bias, {x, w}, gy, 1e-5, "linear without bias");
+  {  // Without a graph (decode, evaluation) the same product runs without an autograd node.
+    torch::NoGradGuard no_grad;
+    auto y = linear(x, w, b);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_LT(max_rel_err(y, torch::nn::functional::linear(x, w, b)), 1e-5);
+  }
+  // Under autocast the product is libtorch's bf16 one.
+  PrecisionGuard autocast(Precision::kBf16, /*force=*/true);
+  EXPECT_EQ(linear(x, w, b).scalar_type(), torch::kBFloat16);
+}

@@ -88,6 +88,20 @@ template <class T>
 void band_diag_output_backward(const T* dout, const T* p, const T* v, T* dp, T* dv, int64_t BH,
                                int64_t T_len, int64_t G, int64_t hd, int64_t L);
 
+// C [M, N] = op(A) op(B) + beta C, row-major with leading dimensions lda, ldb, ldc (op: the
+// matrix, or its transpose when trans_*), through oneDNN's sgemm on the calling thread's OpenMP
+// thread count (libtorch's at::set_num_threads sets it). Throws std::runtime_error on failure.
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// batch independent products C = op(A) op(B), C: [M, N], op(A): [M, K] (A stored [K, M] when
+// trans_a), op(B): [K, N] (B stored [N, K] when trans_b); consecutive matrices of each operand
+// are contiguous. For many small matrices, where a BLAS call per matrix costs more than its
+// arithmetic. float and double only (bf16 batched products go through oneDNN in libtorch).
+template <class T>
+void small_batched_gemm(const T* a, const T* b, T* c, int64_t batch, int64_t M, int64_t N,
+                        int64_t K, bool trans_a, bool trans_b);
+
 // One AdamW update of n f32 parameters in a single pass, with libtorch's AdamW arithmetic:
 // p *= 1 - lr * wd; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps).

@@ -160,7 +160,7 @@ torch::Tensor shifted(const torch::Tensor& x, int64_t d) {
 torch::Tensor band_scores(const Dims& d, const Layout& lay, const torch::Tensor& qb,
                           const torch::Tensor& rk) {
   if (!lay.diagonal) {
-    auto s = torch::matmul(qb, raw_blocks(rk, lay).transpose(-1, -2));
+    auto s = batched_matmul(qb, raw_blocks(rk, lay), true);
     return s.view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.L});
   }
   auto qv = qb.view({d.B, d.Hkv, d.T, d.G, d.hd});
@@ -176,7 +176,7 @@ torch::Tensor band_output(const Dims& d, const Layout& lay, const torch::Tensor&
                           const torch::Tensor& rv) {
   if (!lay.diagonal) {
     auto p = pb.reshape({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, lay.L});
-    return torch::matmul(p, raw_blocks(rv, lay));
+    return batched_matmul(p, raw_blocks(rv, lay), false);
   }
   if (fused_kernels_apply(rv)) {
     auto p = pb.reshape({d.B, d.Hkv, d.T, d.G, lay.L});
@@ -241,7 +241,7 @@ torch::Tensor attend_banded(const AttentionConfig& a, const Dims& d, const Band&
   torch::Tensor out;  // [B, Hkv, nblk, Bq*G, hd]
   if (E > 0) {
     auto p = pe.to(vtype).view({d.B, d.Hkv, lay.Tp * d.G, E});
-    out = torch::matmul(p, ev).view({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, d.hd});
+    out = batched_matmul(p, ev, false).view({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, d.hd});
   }
   if (width > 0) {
     auto p = pb.to(vtype).view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.L});
@@ -266,7 +266,7 @@ torch::Tensor causal_block(const Dims& d, const torch::Tensor& qg, const torch::
   const int64_t t1 = t0 + n;
   const auto dtype = softmax_dtype(qg);
   auto qs = qg.narrow(3, t0, n).reshape({d.B, d.Hkv, d.G * n, d.hd});
-  auto s = torch::matmul(qs, k.narrow(2, 0, t1).transpose(-1, -2));
+  auto s = batched_matmul(qs, k.narrow(2, 0, t1), true);
   s = s.view({d.B, d.Hkv, d.G, n, t1}).to(dtype);
   // Row i (position t0 + i) sees keys p <= t0 + i: mask the strict upper triangle.
   auto opts = torch::TensorOptions().device(qg.device());
@@ -280,7 +280,7 @@ torch::Tensor causal_block(const Dims& d, const torch::Tensor& qg, const torch::
     p = torch::softmax(s, -1);
   }
   p = p.to(v.scalar_type());
-  auto o = torch::matmul(p.reshape({d.B, d.Hkv, d.G * n, t1}), v.narrow(2, 0, t1));
+  auto o = batched_matmul(p.reshape({d.B, d.Hkv, d.G * n, t1}), v.narrow(2, 0, t1), false);
   return o.view({d.B, d.Hkv, d.G, n, d.hd});
 }
 

@@ -4,6 +4,7 @@
 
 #include "model/attend_cached.h"
 #include "model/attend_fast.h"
+#include "model/fused.h"
 #include "model/visibility.h"
 
 namespace phasekv {
@@ -81,9 +82,9 @@ AttentionImpl::Projected AttentionImpl::project(const torch::Tensor& x,
                                                 const torch::Tensor& positions) {
   const int64_t B = x.size(0), T = x.size(1);
   Projected p;
-  p.k_lin = wk(x);
-  p.v_lin = wv(x);
-  p.q = wq(x).view({B, T, n_heads, head_dim}).transpose(1, 2);
+  p.k_lin = linear(x, wk);
+  p.v_lin = linear(x, wv);
+  p.q = linear(x, wq).view({B, T, n_heads, head_dim}).transpose(1, 2);
   p.k = p.k_lin.view({B, T, n_kv, head_dim}).transpose(1, 2);
   p.v = p.v_lin.view({B, T, n_kv, head_dim}).transpose(1, 2);
   if (q_norm) {
@@ -104,7 +105,7 @@ torch::Tensor AttentionImpl::output(const torch::Tensor& heads) {
     h = h * keep;
   }
   const int64_t B = h.size(0), T = h.size(2);
-  return wo(h.transpose(1, 2).reshape({B, T, n_heads * head_dim}));
+  return linear(h.transpose(1, 2).reshape({B, T, n_heads * head_dim}), wo);
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {

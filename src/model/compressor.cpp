@@ -1,5 +1,6 @@
 #include "model/compressor.h"
 
+#include "model/fused.h"
 #include "util/error.h"
 
 namespace phasekv {
@@ -70,9 +71,10 @@ torch::Tensor CompressorImpl::gate_scores(const torch::Tensor& x, const torch::T
   auto g = gate.to(x.scalar_type());
   torch::Tensor s;
   if (cfg.gate == GateKind::kScalar) {
-    s = torch::matmul(x, g.reshape({-1, x.size(2)}).t()).view({B, T, W, n_kv});
+    s = linear(x, g.reshape({-1, x.size(2)}), torch::Tensor()).view({B, T, W, n_kv});
   } else {
-    s = torch::matmul(x, g.reshape({-1, x.size(2)}).t()).view({B, T, cfg.lanes(), n_kv, head_dim});
+    s = linear(x, g.reshape({-1, x.size(2)}), torch::Tensor())
+            .view({B, T, cfg.lanes(), n_kv, head_dim});
     s = s.index_select(2, lane_of_slot.to(x.device()));
   }
   return bias.defined() ? s + bias.to(s.scalar_type()) : s;
@@ -83,8 +85,8 @@ CompressorTokens CompressorImpl::project(const torch::Tensor& x, const torch::Te
   const int64_t B = x.size(0), T = x.size(1);
   std::vector<torch::Tensor> ks{k_lin}, vs{v_lin};
   for (size_t l = 0; l < lane_wk.size(); ++l) {
-    ks.push_back(lane_wk[l](x));
-    vs.push_back(lane_wv[l](x));
+    ks.push_back(linear(x, lane_wk[l]));
+    vs.push_back(linear(x, lane_wv[l]));
   }
   CompressorTokens out;
   out.pk = torch::stack(ks, 2).view({B, T, cfg.lanes(), n_kv, head_dim});
@@ -173,9 +175,8 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
     for (int64_t lo = 0, hi = 0; lo < W; lo = hi) {
       while (hi < W && lane[hi] == lane[lo]) ++hi;
       auto idx = slots.narrow(1, lo, hi - lo).flatten();
-      runs.push_back(per_token.select(2, lane[lo])
-                         .index_select(1, idx)
-                         .view({B, n, hi - lo, n_kv, head_dim}));
+      runs.push_back(
+          per_token.select(2, lane[lo]).index_select(1, idx).view({B, n, hi - lo, n_kv, head_dim}));
     }
     return runs.size() == 1 ? runs[0] : torch::cat(runs, 2);
   };

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "model/fused.h"
+
 namespace phasekv {
 
 BlockImpl::BlockImpl(const ModelConfig& m, const AttentionConfig& a) {
@@ -39,8 +41,8 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens) {
 }
 
 torch::Tensor DecoderImpl::logits_from_hidden(const torch::Tensor& h) {
-  if (lm_head) return lm_head(h);
-  return torch::matmul(h, embed->weight.to(h.scalar_type()).t());
+  if (lm_head) return linear(h, lm_head);
+  return linear(h, embed->weight.to(h.scalar_type()), torch::Tensor());
 }
 
 torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens) {

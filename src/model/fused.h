@@ -50,6 +50,18 @@ torch::Tensor band_diag_scores(const torch::Tensor& q, const torch::Tensor& k, i
 // v's dtype.
 torch::Tensor band_diag_output(const torch::Tensor& p, const torch::Tensor& v, int64_t L);
 
+// a @ b (trans_b false) or a @ b^T over equal leading (batch) dims: a [..., M, K], b [..., K, N]
+// or [..., N, K]. CPU f32 runs as one node over kernels::small_batched_gemm (small matrices; also
+// f64) or oneDNN's sgemm per matrix (larger ones); anything else, and everything under CPU
+// autocast, is torch::matmul.
+torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b, bool trans_b);
+
+// x @ weight^T + bias (bias may be undefined), as torch::nn::functional::linear. CPU f32 outside
+// autocast runs as one node over oneDNN's sgemm (kernels::sgemm); anything else is libtorch's.
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
+                     const torch::Tensor& bias);
+torch::Tensor linear(const torch::Tensor& x, const torch::nn::Linear& m);
+
 // Whether the fused kernels run for x: the fast path is selected and x is a CPU f32/f64/bf16
 // tensor.
 bool fused_kernels_apply(const torch::Tensor& x);

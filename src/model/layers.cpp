@@ -8,7 +8,9 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  return rms_norm(x, weight, eps);
+}
 
 Rope::Rope(int64_t head_dim, int64_t rotary_dims, double theta)
     : head_dim_(head_dim), rotary_dims_(rotary_dims) {
@@ -38,7 +40,7 @@ SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t d_ff) {
 }
 
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& x) {
-  return w_down(swiglu(w_gate(x), w_up(x)));
+  return linear(swiglu(linear(x, w_gate), linear(x, w_up)), w_down);
 }
 
 }  // namespace phasekv

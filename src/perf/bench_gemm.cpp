@@ -20,15 +20,23 @@ void make_quick(BenchOptions& o) {
 
 nlohmann::json bench_gemm(const BenchOptions& o, GemmPeak& peak) {
   peak = measure_gemm_peak(o.gemm_sizes, o.gemm_reps);
-  fmt::print("== GEMM peak (torch::mm, n x n, {} threads, load average {:.1f})\n", o.threads,
-             load_average());
-  fmt::print("  f32   {:8.1f} GFLOP/s  (n = {})\n", peak.f32_flops / 1e9, peak.f32_n);
-  fmt::print("  bf16  {:8.1f} GFLOP/s  (n = {}, native bf16: {})\n", peak.bf16_flops / 1e9,
-             peak.bf16_n, peak.bf16_native ? "yes" : "no");
+  fmt::print("== GEMM peak (n x n, {} threads, load average {:.1f})\n", o.threads, load_average());
+  fmt::print(
+      "  f32   {:8.1f} GFLOP/s  (n = {}; torch::mm {:.1f} at n = {}, phasekv linear "
+      "(oneDNN) {:.1f} at n = {})\n",
+      peak.f32_flops / 1e9, peak.f32_n, peak.f32_torch_flops / 1e9, peak.f32_torch_n,
+      peak.f32_own_flops / 1e9, peak.f32_own_n);
+  fmt::print("  bf16  {:8.1f} GFLOP/s  (n = {}, torch::mm, native bf16: {})\n",
+             peak.bf16_flops / 1e9, peak.bf16_n, peak.bf16_native ? "yes" : "no");
   fmt::print("  bf16 / f32 = {:.2f}\n\n", peak.bf16_flops / peak.f32_flops);
-  return {{"threads", o.threads},          {"f32_gflops", peak.f32_flops / 1e9},
-          {"f32_n", peak.f32_n},           {"bf16_gflops", peak.bf16_flops / 1e9},
-          {"bf16_n", peak.bf16_n},         {"bf16_native", peak.bf16_native},
+  return {{"threads", o.threads},
+          {"f32_gflops", peak.f32_flops / 1e9},
+          {"f32_n", peak.f32_n},
+          {"f32_torch_gflops", peak.f32_torch_flops / 1e9},
+          {"f32_phasekv_gflops", peak.f32_own_flops / 1e9},
+          {"bf16_gflops", peak.bf16_flops / 1e9},
+          {"bf16_n", peak.bf16_n},
+          {"bf16_native", peak.bf16_native},
           {"load_average", load_average()}};
 }
 

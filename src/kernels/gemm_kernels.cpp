@@ -1,0 +1,113 @@
+// Matrix products (cpu_kernels.h): f32 GEMMs through oneDNN, and batches of small matrices.
+//
+// Why oneDNN for f32: Debian's libtorch runs f32 matmul on OpenBLAS, and OpenBLAS 0.3.21 takes
+// CPUs it does not know for Haswell: on the AMD Zen 5 machine it ran AVX2 kernels at ~100
+// GFLOP/s on one core where oneDNN's sgemm (AVX-512, already a dependency of libtorch) ran ~200.
+// Why our own small-matrix kernel: libtorch 1.13's CPU bmm in f32 runs one BLAS call per matrix
+// after a select of each operand (its batched oneDNN path is bf16 only), which for the chunked
+// layers' entry attention of the small model, [128 x 16] x [16 x 8] per sequence, is mostly
+// per-call overhead (~180 us per bmm of 128 such products, against ~60-80 us here).
+#include <oneapi/dnnl/dnnl.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/simd.h"
+
+namespace phasekv::kernels {
+
+using namespace detail;
+
+namespace {
+
+// Rows per register block: R accumulators of W columns each, reused across K. W is one AVX-512
+// register of floats (two AVX ones), or half of that for narrow products (N <= 8).
+constexpr int64_t kRows = 8;
+
+// c[r, 0..n) = sum_k a[r, k] b[k, 0..W) for R rows of a (row stride lda) against a packed b
+// ([K, ldb], zero-padded to whole chunks); n <= W columns are stored (the tail chunk).
+template <class A, int64_t R, int64_t W>
+inline void block_product(const A* __restrict a, int64_t lda, const A* __restrict b, int64_t ldb,
+                          A* __restrict c, int64_t ldc, int64_t K, int64_t n) {
+  A acc[R][W] = {};
+  for (int64_t k = 0; k < K; ++k) {
+    const A* bk = b + k * ldb;
+    for (int64_t r = 0; r < R; ++r) {
+      const A av = a[r * lda + k];
+#pragma omp simd
+      for (int64_t w = 0; w < W; ++w) acc[r][w] += av * bk[w];
+    }
+  }
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t w = 0; w < n; ++w) c[r * ldc + w] = acc[r][w];
+}
+
+// One product C [M, N] = op(A) [M, K] x op(B) [K, N] using the scratch buffers of one task.
+template <class A, int64_t W>
+void one_product(const A* a, const A* b, A* c, int64_t M, int64_t N, int64_t K, bool trans_a,
+                 bool trans_b, std::vector<A>& a_pack, std::vector<A>& b_pack) {
+  const int64_t Np = (N + W - 1) / W * W;
+  // op(B) as [K, Np] rows, zero-padded: every chunk is a whole vector.
+  b_pack.assign(static_cast<size_t>(K * Np), A(0));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t j = 0; j < N; ++j) b_pack[k * Np + j] = trans_b ? b[j * K + k] : b[k * N + j];
+  // op(A) row-major: a transposed A is packed, a plain one read in place.
+  const A* ap = a;
+  if (trans_a) {
+    a_pack.resize(static_cast<size_t>(M * K));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t k = 0; k < K; ++k) a_pack[i * K + k] = a[k * M + i];
+    ap = a_pack.data();
+  }
+  for (int64_t j = 0; j < Np; j += W) {
+    const int64_t n = std::min(W, N - j);
+    int64_t i = 0;
+    for (; i + kRows <= M; i += kRows)
+      block_product<A, kRows, W>(ap + i * K, K, b_pack.data() + j, Np, c + i * N + j, N, K, n);
+    for (; i < M; ++i)
+      block_product<A, 1, W>(ap + i * K, K, b_pack.data() + j, Np, c + i * N + j, N, K, n);
+  }
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const auto status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, 1.0f, a, lda, b,
+                                 ldb, beta, c, ldc);
+  if (status != dnnl_success)
+    throw std::runtime_error("oneDNN sgemm failed (status " + std::to_string(status) + ") for " +
+                             std::to_string(M) + " x " + std::to_string(N) + " x " +
+                             std::to_string(K));
+}
+
+template <class T>
+void small_batched_gemm(const T* a, const T* b, T* c, int64_t batch, int64_t M, int64_t N,
+                        int64_t K, bool trans_a, bool trans_b) {
+  if (K == 0) {
+    std::fill(c, c + batch * M * N, T(0));
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(M * N * K, 1));
+  at::parallel_for(0, batch, grain, [&](int64_t b0, int64_t b1) {
+    std::vector<T> a_pack, b_pack;
+    constexpr int64_t kWide = 64 / sizeof(T);
+    for (int64_t i = b0; i < b1; ++i) {
+      const T* ai = a + i * M * K;
+      const T* bi = b + i * K * N;
+      T* ci = c + i * M * N;
+      if (N > kWide / 2)
+        one_product<T, kWide>(ai, bi, ci, M, N, K, trans_a, trans_b, a_pack, b_pack);
+      else
+        one_product<T, kWide / 2>(ai, bi, ci, M, N, K, trans_a, trans_b, a_pack, b_pack);
+    }
+  });
+}
+
+template void small_batched_gemm<float>(const float*, const float*, float*, int64_t, int64_t,
+                                        int64_t, int64_t, bool, bool);
+template void small_batched_gemm<double>(const double*, const double*, double*, int64_t, int64_t,
+                                         int64_t, int64_t, bool, bool);
+
+}  // namespace phasekv::kernels

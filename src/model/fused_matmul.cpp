@@ -1,0 +1,182 @@
+// linear and batched_matmul (fused.h): f32 products through oneDNN's sgemm and batches of small
+// f32/f64 matrices through kernels::small_batched_gemm, as autograd nodes whose backward uses the
+// same kernels (kernels/gemm_kernels.cpp says why both beat libtorch's f32 matmul here).
+#include <ATen/autocast_mode.h>
+
+#include "model/fused.h"
+#include "model/fused_dispatch.h"
+
+namespace phasekv {
+namespace {
+
+using namespace fused_detail;
+
+// Products of at most this many multiply-adds per matrix go to the small-matrix kernel: below
+// it, a GEMM library call per matrix costs more than the arithmetic (the small model's
+// [128 x 16] x [16 x 8] entry scores: 16K). Larger ones get oneDNN's blocking.
+constexpr int64_t kMaxSmallProduct = int64_t{1} << 18;
+
+// Whether the f32/f64 nodes replace libtorch's matmul for these operands: the fast path, CPU,
+// the same dtype, and not under CPU autocast (libtorch's matmul then runs in bf16 through
+// oneDNN's own bf16 kernels).
+bool own_matmul_applies(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto t = a.scalar_type();
+  return fused_kernels_apply(a) && (t == torch::kFloat32 || t == torch::kFloat64) &&
+         b.scalar_type() == t && b.device().is_cpu() && !at::autocast::is_cpu_enabled();
+}
+
+// Sizes of one batched call: the leading dims flattened into one batch.
+struct Sizes {
+  int64_t batch, M, N, K;
+};
+
+// C = op(A) op(B) on contiguous operands, allocated in its final shape (batch dims, M, N): a
+// view of it would be a view made inside a custom Function, which autograd forbids modifying in
+// place. Small products: one kernel call for the batch; large f32 ones: oneDNN per matrix.
+torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, const Sizes& s, bool trans_a,
+                   bool trans_b, c10::IntArrayRef shape) {
+  auto c = torch::empty(shape, a.options());
+  if (a.scalar_type() == torch::kFloat64) {
+    k::small_batched_gemm<double>(ptr<double>(a), ptr<double>(b), ptr<double>(c), s.batch, s.M, s.N,
+                                  s.K, trans_a, trans_b);
+  } else if (s.M * s.N * s.K <= kMaxSmallProduct) {
+    k::small_batched_gemm<float>(ptr<float>(a), ptr<float>(b), ptr<float>(c), s.batch, s.M, s.N,
+                                 s.K, trans_a, trans_b);
+  } else {
+    const float *pa = ptr<float>(a), *pb = ptr<float>(b);
+    float* pc = ptr<float>(c);
+    for (int64_t i = 0; i < s.batch; ++i)
+      k::sgemm(trans_a, trans_b, s.M, s.N, s.K, pa + i * s.M * s.K, trans_a ? s.M : s.K,
+               pb + i * s.K * s.N, trans_b ? s.K : s.N, 0.0f, pc + i * s.M * s.N, s.N);
+  }
+  return c;
+}
+
+struct BatchedMatmulFn : torch::autograd::Function<BatchedMatmulFn> {
+  // a: [..., M, K]; b: [..., K, N], or [..., N, K] when trans_b; same leading dims.
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a_in,
+                               const torch::Tensor& b_in, bool trans_b) {
+    auto a = a_in.contiguous(), b = b_in.contiguous();
+    const int64_t M = a.size(-2), K = a.size(-1);
+    const int64_t N = trans_b ? b.size(-2) : b.size(-1);
+    const Sizes s{a.numel() / std::max<int64_t>(M * K, 1), M, N, K};
+    auto out_shape = a.sizes().vec();
+    out_shape.back() = N;
+    ctx->save_for_backward({a, b});
+    ctx->saved_data["trans_b"] = trans_b;
+    return gemm(a, b, s, false, trans_b, out_shape);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &a = saved[0], &b = saved[1];
+    const bool trans_b = ctx->saved_data["trans_b"].toBool();
+    const int64_t M = a.size(-2), K = a.size(-1);
+    const int64_t N = trans_b ? b.size(-2) : b.size(-1);
+    const int64_t batch = a.numel() / std::max<int64_t>(M * K, 1);
+    auto dc = grads[0].contiguous();
+    // dA [M, K] = dC op(B)^T; op(B)^T is b itself when trans_b, b transposed otherwise.
+    auto da = gemm(dc, b, {batch, M, K, N}, false, !trans_b, a.sizes());
+    // dB as stored: [N, K] = dC^T A when trans_b, [K, N] = A^T dC otherwise.
+    auto db = trans_b ? gemm(dc, a, {batch, N, K, M}, true, false, b.sizes())
+                      : gemm(a, dc, {batch, K, N, M}, true, false, b.sizes());
+    return {da, db, torch::Tensor()};
+  }
+};
+
+bool batched_kernel_applies(const torch::Tensor& a, const torch::Tensor& b, bool trans_b) {
+  if (!own_matmul_applies(a, b) || a.dim() < 3 || a.dim() != b.dim()) return false;
+  for (int64_t i = 0; i + 2 < a.dim(); ++i)
+    if (a.size(i) != b.size(i)) return false;  // no broadcasting
+  const int64_t K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
+  if ((trans_b ? b.size(-1) : b.size(-2)) != K) return false;
+  // f64 (gradient checks) only where the small kernel is quick; libtorch otherwise.
+  return a.scalar_type() == torch::kFloat32 || a.size(-2) * N * K <= kMaxSmallProduct;
+}
+
+// y = x w^T + bias on contiguous f32 x [..., in], w [out, in], bias [out] (empty or undefined:
+// none): one sgemm, the bias preloaded into y (beta = 1).
+torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w,
+                             const torch::Tensor& bias) {
+  const int64_t in = w.size(1), out = w.size(0), rows = x.numel() / std::max<int64_t>(in, 1);
+  auto shape = x.sizes().vec();
+  shape.back() = out;
+  auto y = torch::empty(shape, x.options());
+  const bool has_bias = bias.defined() && bias.numel() > 0;
+  if (has_bias) y.view({rows, out}).copy_(bias.view({1, out}).expand({rows, out}));
+  k::sgemm(false, true, rows, out, in, ptr<float>(x), in, ptr<float>(w), in, has_bias ? 1.0f : 0.0f,
+           ptr<float>(y), out);
+  return y;
+}
+
+// linear_forward as an autograd node: both gradients are one sgemm each (bias: a column sum),
+// with no transposed copies of x, w or the gradient.
+struct LinearFn : torch::autograd::Function<LinearFn> {
+  // bias: [out] or empty (libtorch 1.13's Function takes no undefined inputs).
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x_in,
+                               const torch::Tensor& w_in, const torch::Tensor& bias) {
+    auto x = x_in.contiguous(), w = w_in.contiguous();
+    ctx->save_for_backward({x, w});
+    ctx->saved_data["has_bias"] = bias.numel() > 0;
+    return linear_forward(x, w, bias);
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &w = saved[1];
+    const int64_t in = w.size(1), out = w.size(0), rows = x.numel() / std::max<int64_t>(in, 1);
+    auto gy = grads[0].contiguous();
+    torch::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) {  // dx [rows, in] = gy [rows, out] w [out, in]
+      dx = torch::empty_like(x);
+      k::sgemm(false, false, rows, in, out, ptr<float>(gy), out, ptr<float>(w), in, 0.0f,
+               ptr<float>(dx), in);
+    }
+    if (ctx->needs_input_grad(1)) {  // dw [out, in] = gy^T x
+      dw = torch::empty_like(w);
+      k::sgemm(true, false, out, in, rows, ptr<float>(gy), out, ptr<float>(x), in, 0.0f,
+               ptr<float>(dw), in);
+    }
+    if (ctx->saved_data["has_bias"].toBool() && ctx->needs_input_grad(2))
+      db = gy.view({rows, out}).sum(0);
+    return {dx, dw, db};
+  }
+};
+
+// Whether a call records a graph: otherwise (decode, evaluation) the kernels run without an
+// autograd node, whose creation would cost allocations on every step.
+bool records_graph(std::initializer_list<const torch::Tensor*> inputs) {
+  if (!torch::GradMode::is_enabled()) return false;
+  for (const auto* t : inputs)
+    if (t->defined() && t->requires_grad()) return true;
+  return false;
+}
+
+}  // namespace
+
+torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b, bool trans_b) {
+  if (!batched_kernel_applies(a, b, trans_b))
+    return torch::matmul(a, trans_b ? b.transpose(-1, -2) : b);
+  if (records_graph({&a, &b})) return BatchedMatmulFn::apply(a, b, trans_b);
+  auto ac = a.contiguous(), bc = b.contiguous();
+  const int64_t M = a.size(-2), K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
+  auto shape = a.sizes().vec();
+  shape.back() = N;
+  return gemm(ac, bc, {a.numel() / std::max<int64_t>(M * K, 1), M, N, K}, false, trans_b, shape);
+}
+
+torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
+                     const torch::Tensor& bias) {
+  const bool f32 = x.scalar_type() == torch::kFloat32;
+  if (!f32 || !own_matmul_applies(x, weight) || x.dim() < 1 || weight.dim() != 2 ||
+      x.size(-1) != weight.size(1) || (bias.defined() && bias.scalar_type() != torch::kFloat32))
+    return torch::nn::functional::linear(x, weight, bias);
+  if (!records_graph({&x, &weight, &bias}))
+    return linear_forward(x.contiguous(), weight.contiguous(), bias);
+  auto no_bias = torch::empty({0}, x.options());
+  return LinearFn::apply(x, weight, bias.defined() ? bias : no_bias);
+}
+
+torch::Tensor linear(const torch::Tensor& x, const torch::nn::Linear& m) {
+  return linear(x, m->weight, m->bias);
+}
+
+}  // namespace phasekv
