@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "model/attention.h"
+#include "model/fused.h"
 #include "model/visibility.h"
 
 namespace phasekv {
@@ -68,24 +69,14 @@ torch::Tensor attend_one(const Dims& d, const torch::Tensor& q, const CachedKeys
   const int64_t BK = d.B * d.Hkv, N = d.E + d.R + (sink.defined() ? 1 : 0);
   auto qg = q.reshape({BK, d.G, d.hd}) * d.scale;
   auto s = scratch.take({BK, d.G, N}, q.options());
-  if (d.E > 0) {
-    auto se = s.narrow(2, 0, d.E);
-    at::bmm_out(se, qg, batched(keys.ek).transpose(1, 2));
-  }
-  if (d.R > 0) {
-    auto sr = s.narrow(2, d.E, d.R);
-    at::bmm_out(sr, qg, batched(keys.rk).transpose(1, 2));
-  }
+  if (d.E > 0) bmm_into(s.narrow(2, 0, d.E), qg, batched(keys.ek), true, false);
+  if (d.R > 0) bmm_into(s.narrow(2, d.E, d.R), qg, batched(keys.rk), true, false);
   if (sink.defined())
     s.view({d.B, d.Hkv, d.G, N}).narrow(3, N - 1, 1).copy_(sink.view({1, d.Hkv, d.G, 1}));
   softmax_in_place(s);
-  torch::Tensor out;
-  if (d.E > 0) out = torch::bmm(s.narrow(2, 0, d.E), batched(keys.ev));
-  if (d.R > 0) {
-    auto pr = s.narrow(2, d.E, d.R);
-    auto rv = batched(keys.rv);
-    out = out.defined() ? out.baddbmm_(pr, rv) : torch::bmm(pr, rv);
-  }
+  auto out = torch::empty({BK, d.G, d.hd}, q.options());
+  if (d.E > 0) bmm_into(out, s.narrow(2, 0, d.E), batched(keys.ev), false, false);
+  if (d.R > 0) bmm_into(out, s.narrow(2, d.E, d.R), batched(keys.rv), false, d.E > 0);
   return out.view({d.B, d.H, 1, d.hd});
 }
 
@@ -152,31 +143,29 @@ torch::Tensor attend_block(const AttentionConfig& a, const Dims& d, const torch:
   const int64_t rows = qb.size(3), u1 = u0 + rows;
   const BlockKeys b = block_keys(a, d, keys, u0, u1);
   const int64_t ne = b.e_end, nr = b.p_end - b.p_first;
-  // Grouped-query attention as one GEMM per KV head: the G query heads' rows stacked.
-  auto q_rows = qb.reshape({d.B, d.Hkv, d.G * rows, d.hd});
-  std::vector<torch::Tensor> parts;
-  if (ne > 0) parts.push_back(torch::matmul(q_rows, keys.ek.narrow(2, 0, ne).transpose(-1, -2)));
+  // Grouped-query attention as one GEMM per KV head: the G query heads' rows stacked. Scores
+  // [B*Hkv, G*rows, entries | raw | sink] are written in place, column range by column range, from
+  // the cache's own buffers (bmm_into: no copies of the keys).
+  const int64_t BK = d.B * d.Hkv, R = d.G * rows, N = ne + nr + (sink.defined() ? 1 : 0);
+  auto q_rows = qb.reshape({BK, R, d.hd});
+  auto s = torch::empty({BK, R, N}, qb.options());
   torch::Tensor rk, rv;
+  if (ne > 0) bmm_into(s.narrow(2, 0, ne), q_rows, batched(keys.ek.narrow(2, 0, ne)), true, false);
   if (nr > 0) {
-    rk = keys.rk.narrow(2, b.p_first - keys.r0, nr);
-    rv = keys.rv.narrow(2, b.p_first - keys.r0, nr);
-    parts.push_back(torch::matmul(q_rows, rk.transpose(-1, -2)));
+    rk = batched(keys.rk.narrow(2, b.p_first - keys.r0, nr));
+    rv = batched(keys.rv.narrow(2, b.p_first - keys.r0, nr));
+    bmm_into(s.narrow(2, ne, nr), q_rows, rk, true, false);
   }
   if (sink.defined()) {
-    parts.push_back(sink.to(qb.scalar_type())
-                        .view({1, d.Hkv, d.G, 1, 1})
-                        .expand({d.B, d.Hkv, d.G, rows, 1})
-                        .reshape({d.B, d.Hkv, d.G * rows, 1}));
+    s.view({d.B, d.Hkv, d.G, rows, N})
+        .narrow(4, N - 1, 1)
+        .copy_(sink.to(qb.scalar_type()).view({1, d.Hkv, d.G, 1, 1}));
   }
-  auto s = parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
-  mask_ragged(a, s.view({d.B, d.Hkv, d.G, rows, s.size(-1)}), b, u0, u1);
-  auto p = torch::softmax(s, -1);
-  torch::Tensor out;
-  if (ne > 0) out = torch::matmul(p.narrow(-1, 0, ne), keys.ev.narrow(2, 0, ne));
-  if (nr > 0) {
-    auto o = torch::matmul(p.narrow(-1, ne, nr), rv);
-    out = out.defined() ? out.add_(o) : o;
-  }
+  mask_ragged(a, s.view({d.B, d.Hkv, d.G, rows, N}), b, u0, u1);
+  softmax_in_place(s);
+  auto out = torch::empty({BK, R, d.hd}, qb.options());
+  if (ne > 0) bmm_into(out, s.narrow(2, 0, ne), batched(keys.ev.narrow(2, 0, ne)), false, false);
+  if (nr > 0) bmm_into(out, s.narrow(2, ne, nr), rv, false, ne > 0);
   return out.view({d.B, d.Hkv, d.G, rows, d.hd});
 }
 

@@ -206,7 +206,7 @@ torch::Tensor attend_banded(const AttentionConfig& a, const Dims& d, const Band&
 
   auto qb = blocked_queries(q, d, lay);
   torch::Tensor se, sb;  // scores: [B, Hkv, Tp*G, E] and [B, Hkv, nblk, Bq, G, L]
-  if (E > 0) se = torch::matmul(qb.view({d.B, d.Hkv, lay.Tp * d.G, d.hd}), ek.transpose(-1, -2));
+  if (E > 0) se = batched_matmul(qb.view({d.B, d.Hkv, lay.Tp * d.G, d.hd}), ek, true);
   if (width > 0) sb = band_scores(d, lay, qb, rk);
   const int64_t R = d.B * d.Hkv * lay.Tp * d.G;
   torch::Tensor pe, pb;  // probabilities: [R, E] and [R, L]

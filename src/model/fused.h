@@ -56,6 +56,12 @@ torch::Tensor band_diag_output(const torch::Tensor& p, const torch::Tensor& v, i
 // autocast, is torch::matmul.
 torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b, bool trans_b);
 
+// out [n, M, N] = a [n, M, K] op(b) (+ out when accumulate), b [n, K, N] or [n, N, K] when
+// trans_b, with no autograd: for decode, on views of the cache. CPU f32 with contiguous rows
+// (last stride 1) runs oneDNN's sgemm on the views' own strides, no copies; else libtorch's bmm.
+void bmm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
+              bool trans_b, bool accumulate);
+
 // x @ weight^T + bias (bias may be undefined), as torch::nn::functional::linear. CPU f32 outside
 // autocast runs as one node over oneDNN's sgemm (kernels::sgemm); anything else is libtorch's.
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,

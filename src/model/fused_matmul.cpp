@@ -163,6 +163,33 @@ torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b, boo
   return gemm(ac, bc, {a.numel() / std::max<int64_t>(M * K, 1), M, N, K}, false, trans_b, shape);
 }
 
+void bmm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
+              bool trans_b, bool accumulate) {
+  auto rows_contiguous = [](const torch::Tensor& t) { return t.dim() == 3 && t.stride(2) == 1; };
+  const bool own = a.scalar_type() == torch::kFloat32 && own_matmul_applies(a, b) &&
+                   out.scalar_type() == torch::kFloat32 && rows_contiguous(out) &&
+                   rows_contiguous(a) && rows_contiguous(b);
+  if (!own) {
+    auto bt = trans_b ? b.transpose(1, 2) : b;
+    if (accumulate)
+      out.baddbmm_(a, bt);
+    else
+      at::bmm_out(const_cast<torch::Tensor&>(out), a, bt);
+    return;
+  }
+  const int64_t n = a.size(0), M = a.size(1), K = a.size(2), N = out.size(2);
+  TORCH_CHECK(b.size(0) == n && out.size(0) == n && out.size(1) == M &&
+                  (trans_b ? b.size(2) : b.size(1)) == K && (trans_b ? b.size(1) : b.size(2)) == N,
+              "bmm_into: ", a.sizes(), " x ", b.sizes(), (trans_b ? "^T" : ""), " into ",
+              out.sizes());
+  const float* pa = ptr<float>(a);
+  const float* pb = ptr<float>(b);
+  float* pc = ptr<float>(out);
+  for (int64_t i = 0; i < n; ++i)
+    k::sgemm(false, trans_b, M, N, K, pa + i * a.stride(0), a.stride(1), pb + i * b.stride(0),
+             b.stride(1), accumulate ? 1.0f : 0.0f, pc + i * out.stride(0), out.stride(1));
+}
+
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
                      const torch::Tensor& bias) {
   const bool f32 = x.scalar_type() == torch::kFloat32;
