@@ -367,3 +367,29 @@ TEST(Fused, LinearMatchesFunctionalLinearWithAndWithoutBias) {
   PrecisionGuard autocast(Precision::kBf16, /*force=*/true);
   EXPECT_EQ(linear(x, w, b).scalar_type(), torch::kBFloat16);
 }
+
+TEST(Fused, BmmIntoReadsCacheViewsWritesColumnRangesAndAccumulates) {
+  // Decode's use: keys are a narrowed view of a larger cache buffer [n, capacity, hd], the scores
+  // a column range of a wider scratch, and the second product accumulates into the first's out.
+  torch::manual_seed(11);
+  const int64_t n = 3, M = 5, hd = 7, cap = 20, E = 13, R = 4;
+  auto cache = torch::randn({n, cap, hd});
+  auto keys = cache.narrow(1, 2, E), raw = cache.narrow(1, 15, R);
+  auto q = torch::randn({n, M, hd});
+  auto scratch = torch::zeros({n, M, E + R + 1});
+  bmm_into(scratch.narrow(2, 0, E), q, keys, true, false);
+  bmm_into(scratch.narrow(2, E, R), q, raw, true, false);
+  EXPECT_LT(max_rel_err(scratch.narrow(2, 0, E), torch::bmm(q, keys.transpose(1, 2))), 1e-5);
+  EXPECT_LT(max_rel_err(scratch.narrow(2, E, R), torch::bmm(q, raw.transpose(1, 2))), 1e-5);
+  EXPECT_EQ(scratch.select(2, E + R).abs().max().item<float>(), 0.0f);  // untouched column
+  auto p = torch::rand({n, M, E + R});
+  auto out = torch::empty({n, M, hd});
+  bmm_into(out, p.narrow(2, 0, E), keys, false, false);
+  bmm_into(out, p.narrow(2, E, R), raw, false, true);
+  auto want = torch::bmm(p.narrow(2, 0, E), keys) + torch::bmm(p.narrow(2, E, R), raw);
+  EXPECT_LT(max_rel_err(out, want), 1e-5);
+  // f64 takes libtorch's bmm, with the same result.
+  auto out64 = torch::empty({n, M, hd}, torch::kFloat64);
+  bmm_into(out64, p.narrow(2, 0, E).to(torch::kFloat64), keys.to(torch::kFloat64), false, false);
+  EXPECT_LT(max_rel_err(out64, torch::bmm(p.narrow(2, 0, E), keys)), 1e-5);
+}
