@@ -74,6 +74,10 @@ void one_product(const A* a, const A* b, A* c, int64_t M, int64_t N, int64_t K, 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  // oneDNN sizes its OpenMP team from this thread's nthreads ICV, which libtorch sets per thread
+  // on first use: without this, a thread that has not yet run a parallel libtorch op (an HTTP
+  // worker, say) would run oneDNN on every core instead of at::set_num_threads' count.
+  at::internal::lazy_init_num_threads();
   const auto status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, 1.0f, a, lda, b,
                                  ldb, beta, c, ldc);
   if (status != dnnl_success)
