@@ -308,6 +308,15 @@ TEST(Fused, BatchedMatmulMatchesMatmulWithTailsAndTransposes) {
   }
 }
 
+TEST(Fused, BatchedMatmulOfAnEmptyContractionIsZero) {
+  for (bool grad : {false, true}) {
+    auto a = torch::randn({2, 3, 0}).requires_grad_(grad), b = torch::randn({2, 0, 5});
+    auto y = batched_matmul(a, b, false);
+    ASSERT_EQ(y.sizes(), (std::vector<int64_t>{2, 3, 5}));
+    EXPECT_EQ(y.abs().max().item<float>(), 0.0f);
+  }
+}
+
 TEST(Fused, BatchedMatmulLeavesBf16AutocastAndLargeF64ProductsToLibtorch) {
   auto node = [](const torch::Tensor& a, const torch::Tensor& b) {
     return batched_matmul(a.requires_grad_(true), b, false).grad_fn()->name();
@@ -363,6 +372,9 @@ TEST(Fused, LinearMatchesFunctionalLinearWithAndWithoutBias) {
     EXPECT_FALSE(y.requires_grad());
     EXPECT_LT(max_rel_err(y, torch::nn::functional::linear(x, w, b)), 1e-5);
   }
+  // An empty contraction (in = 0) gives the bias alone.
+  auto empty = linear(torch::randn({5, 0}), torch::randn({4, 0}), b.narrow(0, 0, 4));
+  EXPECT_TRUE(torch::equal(empty, b.narrow(0, 0, 4).expand({5, 4})));
   // Under autocast the product is libtorch's bf16 one.
   PrecisionGuard autocast(Precision::kBf16, /*force=*/true);
   EXPECT_EQ(linear(x, w, b).scalar_type(), torch::kBFloat16);
@@ -388,6 +400,12 @@ TEST(Fused, BmmIntoReadsCacheViewsWritesColumnRangesAndAccumulates) {
   bmm_into(out, p.narrow(2, E, R), raw, false, true);
   auto want = torch::bmm(p.narrow(2, 0, E), keys) + torch::bmm(p.narrow(2, E, R), raw);
   EXPECT_LT(max_rel_err(out, want), 1e-5);
+  // A single query row whose row stride libtorch left at 1 (a transposed [n, hd, 1]): the
+  // leading dimension passed on must still cover the row.
+  auto q1 = torch::randn({n, hd, 1}).transpose(1, 2);
+  auto s1 = torch::empty({n, 1, E});
+  bmm_into(s1, q1, keys, true, false);
+  EXPECT_LT(max_rel_err(s1, torch::bmm(q1, keys.transpose(1, 2))), 1e-5);
   // f64 takes libtorch's bmm, with the same result.
   auto out64 = torch::empty({n, M, hd}, torch::kFloat64);
   bmm_into(out64, p.narrow(2, 0, E).to(torch::kFloat64), keys.to(torch::kFloat64), false, false);

@@ -74,6 +74,11 @@ void one_product(const A* a, const A* b, A* c, int64_t M, int64_t N, int64_t K, 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
            const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum; oneDNN rejects the zero leading dimensions that come with it
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+    return;
+  }
   // oneDNN sizes its OpenMP team from this thread's nthreads ICV, which libtorch sets per thread
   // on first use: without this, a thread that has not yet run a parallel libtorch op (an HTTP
   // worker, say) would run oneDNN on every core instead of at::set_num_threads' count.

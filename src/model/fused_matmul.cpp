@@ -30,6 +30,11 @@ struct Sizes {
   int64_t batch, M, N, K;
 };
 
+// Matrices in a [..., M, K]: the product of the leading dims (numel / (M K) fails for empty ones).
+int64_t batch_of(const torch::Tensor& a) {
+  return c10::multiply_integers(a.sizes().begin(), a.sizes().end() - 2);
+}
+
 // C = op(A) op(B) on contiguous operands, allocated in its final shape (batch dims, M, N): a
 // view of it would be a view made inside a custom Function, which autograd forbids modifying in
 // place. Small products: one kernel call for the batch; large f32 ones: oneDNN per matrix.
@@ -59,7 +64,7 @@ struct BatchedMatmulFn : torch::autograd::Function<BatchedMatmulFn> {
     auto a = a_in.contiguous(), b = b_in.contiguous();
     const int64_t M = a.size(-2), K = a.size(-1);
     const int64_t N = trans_b ? b.size(-2) : b.size(-1);
-    const Sizes s{a.numel() / std::max<int64_t>(M * K, 1), M, N, K};
+    const Sizes s{batch_of(a), M, N, K};
     auto out_shape = a.sizes().vec();
     out_shape.back() = N;
     ctx->save_for_backward({a, b});
@@ -72,7 +77,7 @@ struct BatchedMatmulFn : torch::autograd::Function<BatchedMatmulFn> {
     const bool trans_b = ctx->saved_data["trans_b"].toBool();
     const int64_t M = a.size(-2), K = a.size(-1);
     const int64_t N = trans_b ? b.size(-2) : b.size(-1);
-    const int64_t batch = a.numel() / std::max<int64_t>(M * K, 1);
+    const int64_t batch = batch_of(a);
     auto dc = grads[0].contiguous();
     // dA [M, K] = dC op(B)^T; op(B)^T is b itself when trans_b, b transposed otherwise.
     auto da = gemm(dc, b, {batch, M, K, N}, false, !trans_b, a.sizes());
@@ -93,11 +98,16 @@ bool batched_kernel_applies(const torch::Tensor& a, const torch::Tensor& b, bool
   return a.scalar_type() == torch::kFloat32 || a.size(-2) * N * K <= kMaxSmallProduct;
 }
 
+// Rows of x [..., in]: every dim but the last (x.numel() / in fails for in = 0).
+int64_t rows_of(const torch::Tensor& x) {
+  return c10::multiply_integers(x.sizes().begin(), x.sizes().end() - 1);
+}
+
 // y = x w^T + bias on contiguous f32 x [..., in], w [out, in], bias [out] (empty or undefined:
 // none): one sgemm, the bias preloaded into y (beta = 1).
 torch::Tensor linear_forward(const torch::Tensor& x, const torch::Tensor& w,
                              const torch::Tensor& bias) {
-  const int64_t in = w.size(1), out = w.size(0), rows = x.numel() / std::max<int64_t>(in, 1);
+  const int64_t in = w.size(1), out = w.size(0), rows = rows_of(x);
   auto shape = x.sizes().vec();
   shape.back() = out;
   auto y = torch::empty(shape, x.options());
@@ -122,7 +132,7 @@ struct LinearFn : torch::autograd::Function<LinearFn> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &w = saved[1];
-    const int64_t in = w.size(1), out = w.size(0), rows = x.numel() / std::max<int64_t>(in, 1);
+    const int64_t in = w.size(1), out = w.size(0), rows = rows_of(x);
     auto gy = grads[0].contiguous();
     torch::Tensor dx, dw, db;
     if (ctx->needs_input_grad(0)) {  // dx [rows, in] = gy [rows, out] w [out, in]
@@ -160,12 +170,17 @@ torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b, boo
   const int64_t M = a.size(-2), K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
   auto shape = a.sizes().vec();
   shape.back() = N;
-  return gemm(ac, bc, {a.numel() / std::max<int64_t>(M * K, 1), M, N, K}, false, trans_b, shape);
+  return gemm(ac, bc, {batch_of(a), M, N, K}, false, trans_b, shape);
 }
 
 void bmm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
               bool trans_b, bool accumulate) {
-  auto rows_contiguous = [](const torch::Tensor& t) { return t.dim() == 3 && t.stride(2) == 1; };
+  // sgemm needs unit column strides and rows that do not overlap; a single row's stride is
+  // arbitrary in libtorch, so the leading dimension is at least the row length.
+  auto rows_contiguous = [](const torch::Tensor& t) {
+    return t.dim() == 3 && t.stride(2) == 1 && (t.size(1) <= 1 || t.stride(1) >= t.size(2));
+  };
+  auto ld = [](const torch::Tensor& t) { return std::max(t.stride(1), t.size(2)); };
   const bool own = a.scalar_type() == torch::kFloat32 && own_matmul_applies(a, b) &&
                    out.scalar_type() == torch::kFloat32 && rows_contiguous(out) &&
                    rows_contiguous(a) && rows_contiguous(b);
@@ -186,8 +201,8 @@ void bmm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Ten
   const float* pb = ptr<float>(b);
   float* pc = ptr<float>(out);
   for (int64_t i = 0; i < n; ++i)
-    k::sgemm(false, trans_b, M, N, K, pa + i * a.stride(0), a.stride(1), pb + i * b.stride(0),
-             b.stride(1), accumulate ? 1.0f : 0.0f, pc + i * out.stride(0), out.stride(1));
+    k::sgemm(false, trans_b, M, N, K, pa + i * a.stride(0), ld(a), pb + i * b.stride(0), ld(b),
+             accumulate ? 1.0f : 0.0f, pc + i * out.stride(0), ld(out));
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,
