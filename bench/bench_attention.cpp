@@ -3,6 +3,7 @@
 //    T in {64, 256, 1024, 4096} at a fixed token budget (B*T = 8192), H=4, one KV head, hd=16;
 //  - full causal attention, reference vs fast;
 //  - a 1024^3 matmul in f32 vs bf16 (GFLOP/s);
+//  - the small model's batched entry products, torch::matmul vs batched_matmul (model/fused.h);
 //  - one training step (forward+backward) of a tiny 2-layer chunked model, ref/fast x f32/bf16.
 // Times are wall clock (both threads); the CPU column is the whole process's CPU time.
 // Run: build-fast/phasekv_bench [--benchmark_filter=Attention]
