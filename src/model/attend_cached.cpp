@@ -149,12 +149,12 @@ torch::Tensor attend_block(const AttentionConfig& a, const Dims& d, const torch:
   const int64_t BK = d.B * d.Hkv, R = d.G * rows, N = ne + nr + (sink.defined() ? 1 : 0);
   auto q_rows = qb.reshape({BK, R, d.hd});
   auto s = torch::empty({BK, R, N}, qb.options());
-  torch::Tensor rk, rv;
+  torch::Tensor rv;
   if (ne > 0) bmm_into(s.narrow(2, 0, ne), q_rows, batched(keys.ek.narrow(2, 0, ne)), true, false);
   if (nr > 0) {
-    rk = batched(keys.rk.narrow(2, b.p_first - keys.r0, nr));
     rv = batched(keys.rv.narrow(2, b.p_first - keys.r0, nr));
-    bmm_into(s.narrow(2, ne, nr), q_rows, rk, true, false);
+    bmm_into(s.narrow(2, ne, nr), q_rows, batched(keys.rk.narrow(2, b.p_first - keys.r0, nr)), true,
+             false);
   }
   if (sink.defined()) {
     s.view({d.B, d.Hkv, d.G, rows, N})

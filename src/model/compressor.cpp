@@ -175,8 +175,9 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
     for (int64_t lo = 0, hi = 0; lo < W; lo = hi) {
       while (hi < W && lane[hi] == lane[lo]) ++hi;
       auto idx = slots.narrow(1, lo, hi - lo).flatten();
-      runs.push_back(
-          per_token.select(2, lane[lo]).index_select(1, idx).view({B, n, hi - lo, n_kv, head_dim}));
+      runs.push_back(per_token.select(2, lane[lo])
+                         .index_select(1, idx)
+                         .view({B, n, hi - lo, n_kv, head_dim}));
     }
     return runs.size() == 1 ? runs[0] : torch::cat(runs, 2);
   };

@@ -35,6 +35,16 @@ int64_t batch_of(const torch::Tensor& a) {
   return c10::multiply_integers(a.sizes().begin(), a.sizes().end() - 2);
 }
 
+// One sgemm per matrix of a batch whose matrices sit batch_stride_* apart (rows ld* apart).
+void sgemm_batch(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 const float* a, int64_t batch_stride_a, int64_t lda, const float* b,
+                 int64_t batch_stride_b, int64_t ldb, float beta, float* c, int64_t batch_stride_c,
+                 int64_t ldc) {
+  for (int64_t i = 0; i < batch; ++i)
+    k::sgemm(trans_a, trans_b, M, N, K, a + i * batch_stride_a, lda, b + i * batch_stride_b, ldb,
+             beta, c + i * batch_stride_c, ldc);
+}
+
 // C = op(A) op(B) on contiguous operands, allocated in its final shape (batch dims, M, N): a
 // view of it would be a view made inside a custom Function, which autograd forbids modifying in
 // place. Small products: one kernel call for the batch; large f32 ones: oneDNN per matrix.
@@ -48,13 +58,19 @@ torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, const Sizes& 
     k::small_batched_gemm<float>(ptr<float>(a), ptr<float>(b), ptr<float>(c), s.batch, s.M, s.N,
                                  s.K, trans_a, trans_b);
   } else {
-    const float *pa = ptr<float>(a), *pb = ptr<float>(b);
-    float* pc = ptr<float>(c);
-    for (int64_t i = 0; i < s.batch; ++i)
-      k::sgemm(trans_a, trans_b, s.M, s.N, s.K, pa + i * s.M * s.K, trans_a ? s.M : s.K,
-               pb + i * s.K * s.N, trans_b ? s.K : s.N, 0.0f, pc + i * s.M * s.N, s.N);
+    sgemm_batch(s.batch, trans_a, trans_b, s.M, s.N, s.K, ptr<float>(a), s.M * s.K,
+                trans_a ? s.M : s.K, ptr<float>(b), s.K * s.N, trans_b ? s.K : s.N, 0.0f,
+                ptr<float>(c), s.M * s.N, s.N);
   }
   return c;
+}
+
+// a @ op(b) on contiguous a [..., M, K] and b, the shape a's with N columns.
+torch::Tensor batched_forward(const torch::Tensor& a, const torch::Tensor& b, bool trans_b) {
+  const int64_t M = a.size(-2), K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
+  auto shape = a.sizes().vec();
+  shape.back() = N;
+  return gemm(a, b, {batch_of(a), M, N, K}, false, trans_b, shape);
 }
 
 struct BatchedMatmulFn : torch::autograd::Function<BatchedMatmulFn> {
@@ -62,14 +78,9 @@ struct BatchedMatmulFn : torch::autograd::Function<BatchedMatmulFn> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& a_in,
                                const torch::Tensor& b_in, bool trans_b) {
     auto a = a_in.contiguous(), b = b_in.contiguous();
-    const int64_t M = a.size(-2), K = a.size(-1);
-    const int64_t N = trans_b ? b.size(-2) : b.size(-1);
-    const Sizes s{batch_of(a), M, N, K};
-    auto out_shape = a.sizes().vec();
-    out_shape.back() = N;
     ctx->save_for_backward({a, b});
     ctx->saved_data["trans_b"] = trans_b;
-    return gemm(a, b, s, false, trans_b, out_shape);
+    return batched_forward(a, b, trans_b);
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     auto saved = ctx->get_saved_variables();
@@ -166,11 +177,7 @@ torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b, boo
   if (!batched_kernel_applies(a, b, trans_b))
     return torch::matmul(a, trans_b ? b.transpose(-1, -2) : b);
   if (records_graph({&a, &b})) return BatchedMatmulFn::apply(a, b, trans_b);
-  auto ac = a.contiguous(), bc = b.contiguous();
-  const int64_t M = a.size(-2), K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
-  auto shape = a.sizes().vec();
-  shape.back() = N;
-  return gemm(ac, bc, {batch_of(a), M, N, K}, false, trans_b, shape);
+  return batched_forward(a.contiguous(), b.contiguous(), trans_b);
 }
 
 void bmm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
@@ -197,12 +204,9 @@ void bmm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Ten
                   (trans_b ? b.size(2) : b.size(1)) == K && (trans_b ? b.size(1) : b.size(2)) == N,
               "bmm_into: ", a.sizes(), " x ", b.sizes(), (trans_b ? "^T" : ""), " into ",
               out.sizes());
-  const float* pa = ptr<float>(a);
-  const float* pb = ptr<float>(b);
-  float* pc = ptr<float>(out);
-  for (int64_t i = 0; i < n; ++i)
-    k::sgemm(false, trans_b, M, N, K, pa + i * a.stride(0), ld(a), pb + i * b.stride(0), ld(b),
-             accumulate ? 1.0f : 0.0f, pc + i * out.stride(0), ld(out));
+  sgemm_batch(n, false, trans_b, M, N, K, ptr<float>(a), a.stride(0), ld(a), ptr<float>(b),
+              b.stride(0), ld(b), accumulate ? 1.0f : 0.0f, ptr<float>(out), out.stride(0),
+              ld(out));
 }
 
 torch::Tensor linear(const torch::Tensor& x, const torch::Tensor& weight,

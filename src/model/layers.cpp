@@ -8,9 +8,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps_) : eps(eps_) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  return rms_norm(x, weight, eps);
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
 
 Rope::Rope(int64_t head_dim, int64_t rotary_dims, double theta)
     : head_dim_(head_dim), rotary_dims_(rotary_dims) {
