@@ -1,8 +1,10 @@
 // Report renderers: exact CSV, well-formed SVG/HTML with the right number of marks, no external
 // references, and the sweep writer's files.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -80,7 +82,7 @@ TEST(Report, CsvExact) {
       {0, 0, true}, {0, 1, false}, {1, 0, true}, {1, 1, true}};
   const PhaseSummary s = summarize(outcomes, 2, 0, {10, 10, 1});
   EXPECT_EQ(phase_csv(s),
-            "r,n,acc,ci_lo,ci_hi\n"
+            "phase,n,acc,ci_lo,ci_hi\n"
             "0,2,1.000000,0.342380,1.000000\n"
             "1,2,0.500000,0.094531,0.905469\n");
 }
@@ -99,6 +101,17 @@ TEST(Report, SvgIsWellFormedWithOneErrorBarPerPhase) {
   EXPECT_NE(svg.find("model &lt;A&gt; &amp; co"), std::string::npos);
   EXPECT_EQ(svg.find("<A>"), std::string::npos);
   EXPECT_EQ(count(svg, "http"), 1u);  // only the xmlns namespace
+  EXPECT_NE(svg.find("dotted: entry boundaries (S = 4)"), std::string::npos);
+  EXPECT_EQ(svg.find("window"), std::string::npos);  // "window" is the raw window n_win only
+}
+
+TEST(Report, SvgLegendShortensLongLabelsKeepingTheirEnd) {
+  const std::string label = std::string(50, 'a') + "/kv-chunked-0123456789";
+  const std::string svg = phase_svg({{label, flat_summary()}, {"short", period4_summary()}}, "t");
+  // Ellipsis plus the last 39 characters; the full label stays in the tooltip.
+  EXPECT_NE(svg.find(">\u2026" + label.substr(label.size() - 39) + "</text>"), std::string::npos);
+  EXPECT_NE(svg.find("<title>" + label + "</title>"), std::string::npos);
+  EXPECT_NE(svg.find("<title>short</title>short</text>"), std::string::npos);
 }
 
 TEST(Report, SvgSeveralSeriesShareLegendAndStride) {
@@ -109,7 +122,7 @@ TEST(Report, SvgSeveralSeriesShareLegendAndStride) {
   EXPECT_EQ(count(svg, "class=\"mean\""), 2u);
   EXPECT_EQ(count(svg, "class=\"legend\""), 1u);
   EXPECT_EQ(count(svg, "class=\"stride\""), 1u);
-  // Series that disagree on the stride: no window boundaries are claimed.
+  // Series that disagree on the stride: no entry boundaries are claimed.
   PhaseSummary stride2 = flat_summary();
   stride2.stride = 2;
   const std::string mixed = phase_svg({{"s2", stride2}, {"s4", period4_summary()}}, "t");
@@ -148,6 +161,162 @@ TEST(Report, HtmlIsSelfContained) {
   EXPECT_EQ(count(html, "<tr class=\"worst\">"), 1u);
   EXPECT_EQ(count(html, "<tr class=\"boundary\">"), 1u);  // the other boundary row is the worst
   EXPECT_EQ(count(html, "<tr class=\"detected\">"), 1u);
+  EXPECT_EQ(count(html, "<table class=\"phases\">\n<tr><th>phase</th><th>n</th>"), 1u);
+  EXPECT_EQ(count(html, "entry boundary"), 2u + 1u);  // phases 3 and 7, and the verdict
+}
+
+// A hand-made summary, so the verdict's text is exact (not subject to the bootstrap's draws).
+PhaseSummary made_summary(int worst_phase, double worst, double best, double mean, double p) {
+  PhaseSummary s;
+  s.modulus = 8;
+  s.stride = 4;
+  s.worst_phase = worst_phase;
+  s.worst_acc = worst;
+  s.best_phase = 0;
+  s.best_acc = best;
+  s.mean_acc = mean;
+  s.gap_pp = 100.0 * (best - worst);
+  s.gap_ci_pp = {s.gap_pp - 4.2, s.gap_pp + 3.7};
+  s.period.detected = 4;
+  s.period.p_value = p;
+  s.period.permutations = 1000;
+  return s;
+}
+
+TEST(Report, VerdictPhaseSensitive) {
+  const Verdict v = phase_verdict(made_summary(7, 0.507, 1.0, 0.869, 1.0 / 1001.0));
+  EXPECT_EQ(v.kind, VerdictKind::kPhaseSensitive);
+  EXPECT_EQ(v.text(),
+            "phase-sensitive: period 4 (p = 0.001); worst phase r = 7 (entry boundary) at 0.507 "
+            "vs best 1.000; the mean 0.869 hides a 49.3 pp gap (95 % CI [45.1, 53.0])");
+  // An interior worst phase is not called a boundary; a stride-less summary never is.
+  PhaseSummary s = made_summary(5, 0.507, 1.0, 0.869, 0.01);
+  EXPECT_NE(phase_verdict(s).detail.find("worst phase r = 5 at 0.507"), std::string::npos);
+  s.stride = 0;
+  s.worst_phase = 7;
+  EXPECT_NE(phase_verdict(s).detail.find("worst phase r = 7 at 0.507"), std::string::npos);
+  // From simulated outcomes: the weak spot at the boundary phases 3 and 7 is found.
+  const PhaseSummary& sim = period4_summary();
+  const Verdict w = phase_verdict(sim);
+  EXPECT_EQ(w.kind, VerdictKind::kPhaseSensitive);
+  EXPECT_EQ(w.text().rfind("phase-sensitive: period 4 (p = " + format_p(sim.period.p_value) +
+                               "); worst phase r = " + std::to_string(sim.worst_phase) +
+                               " (entry boundary) at ",
+                           0),
+            0u)
+      << w.text();
+  EXPECT_NE(w.detail.find(fmt::format("hides a {:.1f} pp gap", sim.gap_pp)), std::string::npos);
+}
+
+TEST(Report, VerdictFlat) {
+  PhaseSummary s = made_summary(3, 0.994, 1.0, 0.998, 0.14);
+  s.stride = 0;
+  s.period.detected = 2;
+  s.gap_ci_pp = {0.0, 2.1};
+  const Verdict v = phase_verdict(s);
+  EXPECT_EQ(v.kind, VerdictKind::kNoPeriodDetected);
+  EXPECT_EQ(v.text(),
+            "no periodic weak spot detected: period test p = 0.140; accuracy 0.998 \u00b1 0.004 "
+            "across phases (worst phase r = 3 at 0.994 vs best 1.000; gap 0.6 pp, 95 % CI [0.0, "
+            "2.1])");
+  // p exactly 0.05 is not significant; a switched-off bootstrap leaves the interval out.
+  s.period.p_value = 0.05;
+  s.gap_ci_pp = {std::nan(""), std::nan("")};
+  EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNoPeriodDetected);
+  EXPECT_NE(phase_verdict(s).detail.find("gap 0.6 pp)"), std::string::npos);
+  // Simulated flat profile.
+  const Verdict f = phase_verdict(flat_summary());
+  EXPECT_EQ(f.kind, VerdictKind::kNoPeriodDetected);
+  EXPECT_EQ(f.text().rfind("no periodic weak spot detected: period test p = " +
+                               format_p(flat_summary().period.p_value) + "; accuracy ",
+                           0),
+            0u)
+      << f.text();
+}
+
+TEST(Report, VerdictWithoutAPeriodTest) {
+  PhaseSummary s = made_summary(1, 0.5, 1.0, 0.75, 1.0);
+  s.modulus = 2;
+  s.stride = 0;
+  s.period.detected = 0;  // M = 2 has no candidate period
+  EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNotTested);
+  EXPECT_EQ(phase_verdict(s).text().rfind("no period test: M = 2 has no candidate period", 0), 0u);
+  EXPECT_NE(phase_verdict(s).detail.find("accuracy 0.750 \u00b1 0.250 across phases"),
+            std::string::npos);
+  // 0 permutations: p = 1 by construction, which must not read as "no weak spot".
+  s = made_summary(7, 0.5, 1.0, 0.9, 1.0);
+  s.period.permutations = 0;
+  EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNotTested);
+  EXPECT_EQ(phase_verdict(s).text().rfind("no period test: 0 permutations were run; ", 0), 0u);
+}
+
+size_t position(const std::string& html, const std::string& needle) {
+  const size_t pos = html.find(needle);
+  EXPECT_NE(pos, std::string::npos) << needle;
+  return pos;
+}
+
+TEST(Report, HtmlReadingOrderAndMetadataLists) {
+  const nlohmann::json meta = {{"model_id", "kv-chunked@1234"},
+                               {"backend", {{"kind", "local"}, {"config", {{"stride", 4}}}}},
+                               {"mean_target_logprob_by_phase", {-0.5, -0.25}},
+                               {"long", std::string(500, 'x')}};
+  const std::string html = report_html("run-1", period4_summary(), meta);
+  EXPECT_EQ(tag_structure_error(html), "");
+  // Verdict, chart, per-phase table, statistics, then the collapsed metadata.
+  const size_t verdict = position(html,
+                                  "<p class=\"verdict sensitive\"><strong>phase-sensitive:"
+                                  "</strong> period 4 (p = ");
+  const size_t chart = position(html, "<svg");
+  const size_t table = position(html, "<table class=\"phases\">");
+  const size_t stats = position(html, "<table class=\"summary\">");
+  const size_t details = position(html, "<details class=\"meta\">\n<summary>Run metadata");
+  EXPECT_LT(verdict, chart);
+  EXPECT_LT(chart, table);
+  EXPECT_LT(table, stats);
+  EXPECT_LT(stats, details);
+  EXPECT_EQ(count(html, "class=\"verdict"), 1u);
+  EXPECT_NE(html.find(xml_escape(phase_verdict(period4_summary()).detail)), std::string::npos);
+  // Key/value lists, nested for objects; no JSON text.
+  EXPECT_NE(html.find("<li><span class=\"k\">model_id</span>: <span class=\"v\">kv-chunked@1234"
+                      "</span></li>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<span class=\"k\">backend</span>: \n<ul class=\"kv\">\n<li><span "
+                      "class=\"k\">config</span>: \n<ul class=\"kv\">\n<li><span class=\"k\">"
+                      "stride</span>: <span class=\"v\">4</span></li>"),
+            std::string::npos);
+  EXPECT_NE(html.find("<span class=\"v\">-0.5, -0.25</span>"), std::string::npos);
+  EXPECT_EQ(html.find("{&quot;"), std::string::npos);
+  EXPECT_EQ(html.find("[-0.5"), std::string::npos);
+  // What keeps it inside the viewport (measured by tests/browser).
+  EXPECT_NE(html.find("overflow-wrap: anywhere"), std::string::npos);
+  EXPECT_NE(html.find("max-width: 100%; height: auto;"), std::string::npos);
+  EXPECT_EQ(count(html, "<div class=\"scroll\">"), 2u);  // per-phase and summary tables
+}
+
+TEST(Report, CompareHtmlHasAVerdictPerSeries) {
+  const std::string html = report_html({{"flat <f>", flat_summary()}, {"weak", period4_summary()}},
+                                       "phasekv compare", {{"weak", "run-1"}});
+  EXPECT_EQ(tag_structure_error(html), "");
+  EXPECT_EQ(count(html, "<li class=\"verdict "), 2u);
+  const size_t flat = position(html,
+                               "<li class=\"verdict none\"><span class=\"k\">flat &lt;f&gt;"
+                               "</span> \u2014 <strong>no periodic weak spot detected:");
+  const size_t weak = position(html,
+                               "<li class=\"verdict sensitive\"><span class=\"k\">weak"
+                               "</span> \u2014 <strong>phase-sensitive:");
+  EXPECT_LT(flat, weak);  // in the order given
+  EXPECT_LT(weak, position(html, "<svg"));
+  // One side-by-side per-phase table: a column pair per series, a row per phase.
+  EXPECT_EQ(count(html, "<table class=\"phases\">"), 1u);
+  EXPECT_EQ(count(html, "<th class=\"label\" colspan=\"2\">"), 2u);
+  const size_t start = html.find("<table class=\"phases\">");
+  const std::string table = html.substr(start, html.find("</table>", start) - start);
+  EXPECT_EQ(count(table, "<tr>"), 2u + 8u);
+  EXPECT_EQ(count(table, "<td class=\"num worst\">"), 4u);  // accuracy and CI, both series
+  EXPECT_EQ(count(html, "<h3>"), 2u);                       // period detection per series
+  EXPECT_NE(html.find("<span class=\"k\">weak</span>: <span class=\"v\">run-1</span>"),
+            std::string::npos);
 }
 
 TEST(Report, TerminalTable) {
@@ -158,7 +327,8 @@ TEST(Report, TerminalTable) {
   EXPECT_EQ(count(text, "\n"), 14u);
   EXPECT_NE(text.find("gap " + format_gap(s)), std::string::npos);
   EXPECT_NE(text.find("period 4 (p = "), std::string::npos);
-  const size_t line3 = text.find("\n  3  ");
+  EXPECT_NE(text.find("\n  phase    n    acc  95% CI\n"), std::string::npos);
+  const size_t line3 = text.find("\n      3  ");
   ASSERT_NE(line3, std::string::npos);
   EXPECT_NE(text.substr(line3, text.find('\n', line3 + 1) - line3).find("boundary"),
             std::string::npos);

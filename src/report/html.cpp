@@ -14,17 +14,36 @@ namespace phasekv {
 
 namespace {
 
+// Laid out for reading on a laptop: nothing may be wider than the viewport (checked at 1280 px by
+// tests/browser). Long values wrap anywhere, tables scroll inside their own box, the chart scales.
 constexpr const char* kCss = R"(
-body { font-family: sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
+*, *::before, *::after { box-sizing: border-box; }
+body { font-family: sans-serif; margin: 1.5em auto; max-width: 1100px; padding: 0 1em;
+       color: #222; line-height: 1.4; }
+h1, h2, h3, p, li, summary, td, th.label { overflow-wrap: anywhere; }
+th { overflow-wrap: break-word; }
 h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; } h3 { font-size: 1em; }
+.verdict { font-size: 1.05em; margin: 0.4em 0; padding: 0.5em 0.8em; background: #f6f6f6;
+           border-left: 6px solid #777777; }
+.verdict.sensitive { border-left-color: #b00020; }
+.verdict.none { border-left-color: #1a7f37; }
+ul.verdicts { list-style: none; padding: 0; }
+figure.chart { margin: 1em 0; }
+figure.chart svg { display: block; max-width: 100%; height: auto; }
+div.scroll { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; margin: 0.5em 0; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
 th { background: #f4f4f4; text-align: left; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.boundary td { background: #f3f3f3; }
-tr.worst td { color: #b00020; font-weight: bold; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tr.boundary td, td.boundary { background: #f3f3f3; }
+tr.worst td, td.worst { color: #b00020; font-weight: bold; }
 tr.detected td { font-weight: bold; }
 p.note { color: #555; font-size: 0.85em; max-width: 60em; }
+details { margin: 1em 0; } details > summary { cursor: pointer; font-weight: bold; }
+ul.kv, ol.kv { margin: 0.2em 0; padding-left: 1.4em; }
+ul.kv { list-style: square; } ul.kv li, ol.kv li { margin: 0.1em 0; }
+.k { font-weight: bold; }
+.v { font-family: monospace; overflow-wrap: anywhere; }
 )";
 
 std::string escape(std::string_view text) {
@@ -34,25 +53,89 @@ std::string escape(std::string_view text) {
 std::string td(const std::string& text) {
   return "<td>" + escape(text) + "</td>";
 }
-std::string td_num(const std::string& text) {
-  return "<td class=\"num\">" + escape(text) + "</td>";
+std::string td_num(const std::string& text, const std::string& cls = "") {
+  return "<td class=\"num" + (cls.empty() ? "" : " " + cls) + "\">" + escape(text) + "</td>";
+}
+
+// Tables scroll inside this box when they have more columns than the page is wide.
+std::string scroll_box(const std::string& table) {
+  return "<div class=\"scroll\">\n" + table + "</div>\n";
+}
+
+std::string verdict_class(VerdictKind kind) {
+  switch (kind) {
+    case VerdictKind::kPhaseSensitive:
+      return "sensitive";
+    case VerdictKind::kNoPeriodDetected:
+      return "none";
+    case VerdictKind::kNotTested:
+      break;
+  }
+  return "untested";
+}
+
+std::string verdict_html(const Verdict& v) {
+  return "<strong>" + escape(v.headline) + ":</strong> " + escape(v.detail);
+}
+
+// One line for a sweep; one line per series, led by its label, for a comparison.
+std::string html_verdicts(const PhaseSeries& series) {
+  if (series.size() == 1) {
+    const Verdict v = phase_verdict(series.front().second);
+    return "<p class=\"verdict " + verdict_class(v.kind) + "\">" + verdict_html(v) + "</p>\n";
+  }
+  std::string out = "<ul class=\"verdicts\">\n";
+  for (const auto& [label, s] : series) {
+    const Verdict v = phase_verdict(s);
+    out += "<li class=\"verdict " + verdict_class(v.kind) + "\"><span class=\"k\">" +
+           escape(label) + "</span> \u2014 " + verdict_html(v) + "</li>\n";
+  }
+  return out + "</ul>\n";
+}
+
+// Run metadata as nested key/value lists: objects become lists of "key: value", arrays of plain
+// values one comma-separated line, other arrays numbered lists.
+std::string json_scalar(const nlohmann::json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) return fmt::format("{:.6g}", v.get<double>());
+  return v.dump();
+}
+
+std::string meta_value(const nlohmann::json& v);
+
+std::string meta_object(const nlohmann::json& obj) {
+  std::string out = "<ul class=\"kv\">\n";
+  for (const auto& [key, value] : obj.items()) {
+    out += "<li><span class=\"k\">" + escape(key) + "</span>: " + meta_value(value) + "</li>\n";
+  }
+  return out + "</ul>\n";
 }
 
 std::string meta_value(const nlohmann::json& v) {
-  return v.is_string() ? v.get<std::string>() : v.dump();
+  if (v.is_object()) {
+    return v.empty() ? "<span class=\"v\">(none)</span>" : "\n" + meta_object(v);
+  }
+  if (v.is_array()) {
+    if (v.empty()) return "<span class=\"v\">(none)</span>";
+    const bool plain =
+        std::none_of(v.begin(), v.end(), [](const nlohmann::json& e) { return e.is_structured(); });
+    std::string out;
+    if (plain) {
+      for (const auto& e : v) out += (out.empty() ? "" : ", ") + json_scalar(e);
+      return "<span class=\"v\">" + escape(out) + "</span>";
+    }
+    out = "\n<ol class=\"kv\">\n";
+    for (const auto& e : v) out += "<li>" + meta_value(e) + "</li>\n";
+    return out + "</ol>\n";
+  }
+  return "<span class=\"v\">" + escape(json_scalar(v)) + "</span>";
 }
 
 std::string html_meta(const nlohmann::json& meta) {
-  if (meta.is_null() || (meta.is_object() && meta.empty())) return "";
-  std::string out = "<h2>Run</h2>\n<table>\n";
-  if (meta.is_object()) {
-    for (const auto& [key, value] : meta.items()) {
-      out += "<tr><th>" + escape(key) + "</th>" + td(meta_value(value)) + "</tr>\n";
-    }
-  } else {
-    out += "<tr>" + td(meta.dump()) + "</tr>\n";
-  }
-  return out + "</table>\n";
+  if (meta.is_null() || (meta.is_structured() && meta.empty())) return "";
+  std::string out = "<details class=\"meta\">\n<summary>Run metadata</summary>\n";
+  out += meta.is_object() ? meta_object(meta) : "<div>" + meta_value(meta) + "</div>\n";
+  return out + "</details>\n";
 }
 
 // Metrics as rows and series as columns: reads well for one series and for a handful.
@@ -113,49 +196,87 @@ std::vector<Metric> summary_metrics() {
 }
 
 std::string html_summary_table(const PhaseSeries& series) {
-  std::string out = "<h2>Summary</h2>\n<table>\n<tr><th></th>";
-  for (const auto& [label, s] : series) out += "<th>" + escape(label) + "</th>";
+  std::string out = "<h2>Summary statistics</h2>\n<table class=\"summary\">\n<tr><th></th>";
+  for (const auto& [label, s] : series) out += "<th class=\"label\">" + escape(label) + "</th>";
   out += "</tr>\n";
   for (const Metric& m : summary_metrics()) {
     out += "<tr><th>" + escape(m.name) + "</th>";
     for (const auto& [label, s] : series) out += td_num(m.value(s));
     out += "</tr>\n";
   }
-  return out + "</table>\n";
+  return scroll_box(out + "</table>\n");
 }
 
 bool is_boundary(const PhaseSummary& s, int r) {
   return s.stride >= 2 && r % s.stride == s.stride - 1;
 }
 
+const PhaseRow* find_phase(const PhaseSummary& s, int r) {
+  for (const PhaseRow& p : s.phases) {
+    if (p.r == r) return &p;
+  }
+  return nullptr;
+}
+
+std::string ci_text(const PhaseRow& p) {
+  return fmt::format("[{:.3f}, {:.3f}]", p.ci_lo, p.ci_hi);
+}
+
+// One series: counts, accuracy, interval and what is special about the phase.
 std::string html_phase_table(const PhaseSummary& s) {
   std::string out =
-      "<h3>Accuracy by phase</h3>\n<table>\n<tr><th>r</th><th>n</th><th>correct</th>"
+      "<table class=\"phases\">\n<tr><th>phase</th><th>n</th><th>correct</th>"
       "<th>accuracy</th><th>95% Wilson CI</th><th></th></tr>\n";
   for (const PhaseRow& p : s.phases) {
     const std::string cls = p.r == s.worst_phase ? "worst" : is_boundary(s, p.r) ? "boundary" : "";
-    std::string note = is_boundary(s, p.r) ? "boundary" : "";
+    std::string note = is_boundary(s, p.r) ? "entry boundary" : "";
     if (p.r == s.worst_phase) note += note.empty() ? "worst" : ", worst";
     if (p.r == s.best_phase) note += note.empty() ? "best" : ", best";
     out += fmt::format("<tr class=\"{}\">", cls) + td_num(std::to_string(p.r)) +
            td_num(std::to_string(p.n)) + td_num(std::to_string(p.successes)) +
-           td_num(fixed3(p.acc)) + td_num(fmt::format("[{:.3f}, {:.3f}]", p.ci_lo, p.ci_hi)) +
-           td(note) + "</tr>\n";
+           td_num(fixed3(p.acc)) + td_num(ci_text(p)) + td(note) + "</tr>\n";
   }
-  return out + "</table>\n";
+  return scroll_box(out + "</table>\n");
+}
+
+// Several series side by side: a row per phase, accuracy and interval per series; each series'
+// worst phase in red, its boundary phases shaded.
+std::string html_phase_table(const PhaseSeries& series) {
+  int modulus = 0;
+  for (const auto& [label, s] : series) modulus = std::max(modulus, s.modulus);
+  std::string out = "<table class=\"phases\">\n<tr><th rowspan=\"2\">phase</th>";
+  for (const auto& [label, s] : series) {
+    out += "<th class=\"label\" colspan=\"2\">" + escape(label) + "</th>";
+  }
+  out += "</tr>\n<tr>";
+  for (size_t i = 0; i < series.size(); ++i) out += "<th>accuracy</th><th>95% Wilson CI</th>";
+  out += "</tr>\n";
+  for (int r = 0; r < modulus; ++r) {
+    out += "<tr>" + td_num(std::to_string(r));
+    for (const auto& [label, s] : series) {
+      const PhaseRow* p = find_phase(s, r);
+      if (p == nullptr) {
+        out += td_num("-") + td_num("-");
+        continue;
+      }
+      const std::string cls = r == s.worst_phase ? "worst" : is_boundary(s, r) ? "boundary" : "";
+      out += td_num(fixed3(p->acc), cls) + td_num(ci_text(*p), cls);
+    }
+    out += "</tr>\n";
+  }
+  return scroll_box(out + "</table>\n");
 }
 
 std::string html_period_table(const PhaseSummary& s) {
-  std::string out = "<h3>Period detection</h3>\n";
   if (s.period.by_period.empty()) {
-    return out + "<p>No candidate period: M has no divisor in [2, M/2].</p>\n";
+    return "<p>No candidate period: M has no divisor in [2, M/2].</p>\n";
   }
-  out += fmt::format(
+  std::string out = fmt::format(
       "<p>Detected period {}, permutation p = {} ({} within-example permutations, "
       "statistic {:.2f}).</p>\n",
       s.period.detected, format_p(s.period.p_value), s.period.permutations, s.period.statistic);
   out +=
-      "<table>\n<tr><th>period P</th><th>G2 (fold mod P)</th><th>df</th>"
+      "<table class=\"periods\">\n<tr><th>period P</th><th>G2 (fold mod P)</th><th>df</th>"
       "<th>score = -log10 p</th></tr>\n";
   for (const PeriodScore& p : s.period.by_period) {
     out += fmt::format("<tr class=\"{}\">", p.period == s.period.detected ? "detected" : "") +
@@ -165,18 +286,30 @@ std::string html_period_table(const PhaseSummary& s) {
   return out + "</table>\n";
 }
 
+std::string html_period_details(const PhaseSeries& series) {
+  std::string out = "<details class=\"periods\">\n<summary>Period detection</summary>\n";
+  for (const auto& [label, s] : series) {
+    if (series.size() > 1) out += "<h3>" + escape(label) + "</h3>\n";
+    out += html_period_table(s);
+  }
+  return out + "</details>\n";
+}
+
 std::string html_method_note(const PhaseSeries& series) {
   const SummaryOptions& o = series.front().second.options;
   return fmt::format(
-      "<p class=\"note\">Accuracy is the fraction of correct answers at each phase; error bars "
-      "are 95 % Wilson intervals. The gap is best minus worst phase in percentage points, with a "
-      "95 % percentile interval from a cluster bootstrap that resamples logical examples ({} "
-      "replicates): the same example is evaluated at every phase. Max minus min is biased upward "
-      "when phases are close, so whether phases differ at all is answered by the p-values: the "
-      "period detection folds accuracy mod every divisor P of M, scores each fold by its "
-      "likelihood-ratio G2 test, keeps the smallest adequate period and tests the best score "
-      "against {} permutations of each example's outcomes across its phases. Boundary phases "
-      "(r mod S = S-1) have key and value in different compressed entries. Seed {}.</p>\n",
+      "<p class=\"note\">Accuracy is the fraction of correct answers at each phase r (the target "
+      "key's position mod M); error bars are 95 % Wilson intervals. The verdict calls a model "
+      "phase-sensitive when the period detection finds a period with permutation p &lt; 0.05; "
+      "\u00b1 is the largest distance of a phase's accuracy from the mean. The gap is best minus "
+      "worst phase in percentage points, with a 95 % percentile interval from a cluster bootstrap "
+      "that resamples logical examples ({} replicates): the same example is evaluated at every "
+      "phase. Max minus min is biased upward when phases are close, so whether phases differ at "
+      "all is answered by the p-values: the period detection folds accuracy mod every divisor P "
+      "of M, scores each fold by its likelihood-ratio G2 test, keeps the smallest adequate period "
+      "and tests the best score against {} permutations of each example's outcomes across its "
+      "phases. Boundary phases (r mod S = S-1) have the target's key and value in different "
+      "compressed entries: the dotted lines are entry boundaries. Seed {}.</p>\n",
       o.bootstrap_reps, o.permutations, o.seed);
 }
 
@@ -187,15 +320,17 @@ std::string report_html(const PhaseSeries& series, const std::string& title,
   if (series.empty()) throw Error("report_html: no series to report");
   std::string out = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
       "<title>{0}</title>\n<style>{1}</style>\n</head>\n<body>\n<h1>{0}</h1>\n",
       escape(title), kCss);
-  out += html_meta(meta);
+  out += html_verdicts(series);
+  out += "<figure class=\"chart\">\n" + phase_svg(series, title) + "</figure>\n";
+  out += "<h2>Accuracy by phase</h2>\n";
+  out += series.size() == 1 ? html_phase_table(series.front().second) : html_phase_table(series);
   out += html_summary_table(series);
-  out += "<h2>Accuracy by phase</h2>\n<figure>\n" + phase_svg(series, title) + "</figure>\n";
   out += html_method_note(series);
-  for (const auto& [label, s] : series) {
-    out += "<h2>" + escape(label) + "</h2>\n" + html_phase_table(s) + html_period_table(s);
-  }
+  out += html_period_details(series);
+  out += html_meta(meta);
   return out + "</body>\n</html>\n";
 }
 

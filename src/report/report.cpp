@@ -56,7 +56,7 @@ std::string phase_marks(const PhaseSummary& s, int r) {
 }
 
 std::string per_phase_lines(const PhaseSummary& s) {
-  std::vector<std::vector<std::string>> rows = {{"r", "n", "acc", "95% CI", "", ""}};
+  std::vector<std::vector<std::string>> rows = {{"phase", "n", "acc", "95% CI", "", ""}};
   for (const PhaseRow& p : s.phases) {
     rows.push_back({std::to_string(p.r), std::to_string(p.n), fmt::format("{:.3f}", p.acc),
                     fmt::format("[{:.3f}, {:.3f}]", p.ci_lo, p.ci_hi), bar(p.acc),
@@ -124,8 +124,46 @@ std::string format_period(const PhaseSummary& s) {
                      significant ? "" : ", n.s.");
 }
 
+Verdict phase_verdict(const PhaseSummary& s) {
+  const bool boundary = s.stride >= 2 && s.worst_phase % s.stride == s.stride - 1;
+  const std::string worst =
+      fmt::format("worst phase r = {}{} at {:.3f} vs best {:.3f}", s.worst_phase,
+                  boundary ? " (entry boundary)" : "", s.worst_acc, s.best_acc);
+  const bool has_ci = !std::isnan(s.gap_ci_pp.lo) && !std::isnan(s.gap_ci_pp.hi);
+  Verdict v;
+  const bool tested = s.period.detected > 0 && s.period.permutations > 0;
+  if (tested && s.period.p_value < 0.05) {
+    v.kind = VerdictKind::kPhaseSensitive;
+    v.headline = "phase-sensitive";
+    v.detail = fmt::format(
+        "period {} (p = {}); {}; the mean {:.3f} hides a {:.1f} pp gap{}", s.period.detected,
+        format_p(s.period.p_value), worst, s.mean_acc, s.gap_pp,
+        has_ci ? fmt::format(" (95 % CI [{:.1f}, {:.1f}])", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "");
+    return v;
+  }
+  std::string test;
+  if (tested) {
+    v.kind = VerdictKind::kNoPeriodDetected;
+    v.headline = "no periodic weak spot detected";
+    test = fmt::format("period test p = {}", format_p(s.period.p_value));
+  } else {
+    v.kind = VerdictKind::kNotTested;
+    v.headline = "no period test";
+    test = s.period.detected == 0
+               ? fmt::format("M = {} has no candidate period (a divisor in [2, M/2])", s.modulus)
+               : std::string("0 permutations were run");
+  }
+  // The spread around the mean: every phase lies within mean +- spread.
+  const double spread = std::max(s.best_acc - s.mean_acc, s.mean_acc - s.worst_acc);
+  v.detail = fmt::format(
+      "{}; accuracy {:.3f} \u00b1 {:.3f} across phases ({}; gap {:.1f} pp{})", test, s.mean_acc,
+      spread, worst, s.gap_pp,
+      has_ci ? fmt::format(", 95 % CI [{:.1f}, {:.1f}]", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "");
+  return v;
+}
+
 std::string phase_csv(const PhaseSummary& summary) {
-  std::string out = "r,n,acc,ci_lo,ci_hi\n";
+  std::string out = "phase,n,acc,ci_lo,ci_hi\n";
   for (const PhaseRow& p : summary.phases) {
     out += fmt::format("{},{},{:.6f},{:.6f},{:.6f}\n", p.r, p.n, p.acc, p.ci_lo, p.ci_hi);
   }

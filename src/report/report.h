@@ -18,20 +18,44 @@ namespace phasekv {
 // Several labelled summaries shown together (`phasekv compare`, or one series for a sweep).
 using PhaseSeries = std::vector<std::pair<std::string, PhaseSummary>>;
 
-// Header `r,n,acc,ci_lo,ci_hi`, one row per phase, accuracies as fractions.
+// Header `phase,n,acc,ci_lo,ci_hi`, one row per phase, accuracies as fractions.
 std::string phase_csv(const PhaseSummary& summary);
 
-// Per-phase accuracy with Wilson error bars, a dashed mean line per series, window boundaries
-// (dotted, at multiples of the stride when known) and a legend when there are several series.
+// Per-phase accuracy with Wilson error bars, a dashed mean line per series, entry boundaries
+// (dotted, at multiples of the stride S when known: phases kS - 1 and kS fall in different
+// compressed entries) and a legend when there are several series.
 // A standalone SVG document; throws phasekv::Error on an empty series list.
 std::string phase_svg(const PhaseSeries& series, const std::string& title);
 
-// Self-contained HTML: meta, summary table, chart, per-phase and period-detection tables.
-// `meta` is free-form (model, backend, config hash ...); an object is shown key by key.
+// Self-contained HTML, in reading order: the verdict (one line per series), the chart, the
+// per-phase table, the summary statistics, then period detection and the run metadata in
+// collapsible sections. `meta` is free-form (model, backend, config hash ...): objects and arrays
+// are shown as nested key/value lists. Laid out to fit a 1280 px viewport: long values wrap, wide
+// tables scroll inside their own box, the chart scales down.
 std::string report_html(const PhaseSeries& series, const std::string& title,
                         const nlohmann::json& meta);
 std::string report_html(const std::string& label, const PhaseSummary& summary,
                         const nlohmann::json& meta);
+
+// The one-line answer a report opens with, decided by the permutation test of the period
+// detection (the test stats.h says to trust; the gap's bootstrap interval is biased upward when
+// phases are close, so it is reported, not used to decide):
+//  - kPhaseSensitive: a period was detected with p < 0.05. "phase-sensitive: period 4
+//    (p = 0.001); worst phase r = 7 (entry boundary) at 0.507 vs best 1.000; the mean 0.869 hides
+//    a 49.3 pp gap (95 % CI [45.1, 53.0])".
+//  - kNoPeriodDetected: p >= 0.05. "no periodic weak spot detected: period test p = 0.140;
+//    accuracy 0.998 ± 0.004 across phases (worst phase r = 3 at 0.994 vs best 1.000; gap 0.6 pp,
+//    95 % CI [0.0, 2.1])", where ± is the largest distance of a phase's accuracy from the mean.
+//  - kNotTested: no permutation test (M has no divisor in [2, M/2], or 0 permutations); the
+//    accuracy part reads as for kNoPeriodDetected.
+enum class VerdictKind { kPhaseSensitive, kNoPeriodDetected, kNotTested };
+struct Verdict {
+  VerdictKind kind = VerdictKind::kNotTested;
+  std::string headline;  // "phase-sensitive", "no periodic weak spot detected", ...
+  std::string detail;    // the evidence after the colon
+  std::string text() const { return headline + ": " + detail; }
+};
+Verdict phase_verdict(const PhaseSummary& summary);
 
 // Compact text for a terminal: per-phase n / acc / CI with a bar, then mean, best, worst, gap
 // with CI, interior / boundary, period with p-value and the chi-square test.

@@ -16,9 +16,12 @@ namespace {
 constexpr const char* kPalette[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
                                     "#E69F00", "#56B4E9", "#000000"};
 constexpr int kPaletteSize = sizeof(kPalette) / sizeof(kPalette[0]);
+// Longest legend label shown in full; the legend column is sized for it.
+constexpr size_t kLegendChars = 40;
 
-// Phases sit at the centres of M equal bands, so band edges are window boundaries: phase kS - 1
-// and kS are in different compressed entries.
+// Phases sit at the centres of M equal bands, so band edges are entry boundaries: phase kS - 1
+// and kS are in different compressed entries (every S tokens a new entry begins; its W slots
+// hold tokens jS + S - W ... jS + S - 1).
 struct Frame {
   int modulus = 1;
   double width = 760, height = 420;
@@ -37,13 +40,13 @@ Frame make_frame(const PhaseSeries& series) {
   if (series.size() > 1) {
     size_t longest = 0;
     for (const auto& [label, s] : series) longest = std::max(longest, label.size());
-    f.right = 48 + 7.0 * static_cast<double>(std::min<size_t>(longest, 40));
+    f.right = 48 + 7.0 * static_cast<double>(std::min(longest, kLegendChars));
     f.width += f.right - 24;
   }
   return f;
 }
 
-// The stride drawn as window boundaries: the one every series that knows its stride agrees on
+// The stride drawn as entry boundaries: the one every series that knows its stride agrees on
 // (and that fits the axis); none when they disagree, rather than one series' grid for all.
 int chart_stride(const PhaseSeries& series, const Frame& f) {
   int stride = 0;
@@ -119,7 +122,8 @@ std::string svg_x_axis(const Frame& f) {
 std::string svg_caption(const Frame& f, int stride) {
   std::string text = "bars: 95% Wilson CI; dashed: mean";
   if (stride > 0)
-    text += fmt::format("; dotted: window boundaries (S = {}), shaded: r mod S = S-1", stride);
+    text += fmt::format(
+        "; dotted: entry boundaries (S = {}); shaded: boundary phases, r mod S = S-1", stride);
   return fmt::format("<text x=\"{:.1f}\" y=\"42\" fill=\"#555555\" font-size=\"11\">{}</text>\n",
                      f.left, xml_escape(text));
 }
@@ -151,6 +155,17 @@ std::string svg_series(const Frame& f, const std::string& label, const PhaseSumm
   return out + "</g>\n";
 }
 
+// Legend text of at most kLegendChars characters: longer labels keep their end (for paths, the
+// distinctive part) after an ellipsis; the full label stays in the entry's tooltip.
+std::string legend_text(const std::string& label) {
+  if (label.size() <= kLegendChars) return label;
+  size_t start = label.size() - (kLegendChars - 1);
+  while (start < label.size() && (static_cast<unsigned char>(label[start]) & 0xC0) == 0x80) {
+    ++start;  // not in the middle of a UTF-8 sequence
+  }
+  return "\u2026" + label.substr(start);
+}
+
 std::string svg_legend(const Frame& f, const PhaseSeries& series) {
   const double x = f.left + f.plot_w() + 16;
   std::string out = "<g class=\"legend\">\n";
@@ -160,8 +175,9 @@ std::string svg_legend(const Frame& f, const PhaseSeries& series) {
     out += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\"/>"
         "<circle cx=\"{4:.1f}\" cy=\"{1:.1f}\" r=\"3.5\" fill=\"{3}\"/>"
-        "<text x=\"{5:.1f}\" y=\"{6:.1f}\">{7}</text>\n",
-        x, y, x + 18, color, x + 9, x + 24, y + 4, xml_escape(series[i].first));
+        "<text x=\"{5:.1f}\" y=\"{6:.1f}\"><title>{7}</title>{8}</text>\n",
+        x, y, x + 18, color, x + 9, x + 24, y + 4, xml_escape(series[i].first),
+        xml_escape(legend_text(series[i].first)));
   }
   return out + "</g>\n";
 }
