@@ -17,6 +17,7 @@ PACKAGES=(
   googletest libgtest-dev libbenchmark-dev
   # The PyTorch-Python reference used by bench/ (numerics and speed comparison).
   python3-torch python3-numpy
+  chromium  # headless browser for tests/browser (renders report.html and compare.html)
 )
 
 missing=()
