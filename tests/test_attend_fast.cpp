@@ -14,9 +14,7 @@ using test::make_model;
 using test::random_tokens;
 using test::tiny_config;
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
-}
+using test::max_abs_diff;
 
 double rel_error(const torch::Tensor& approx, const torch::Tensor& exact) {
   auto e = exact.to(torch::kFloat64);

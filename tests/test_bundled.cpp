@@ -21,11 +21,14 @@
 #include <thread>
 #include <tuple>
 
+#include "test_util.h"
+
 namespace phasekv {
 namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using test::slurp;
 
 const std::string kBin = PHASEKV_BINARY;
 
@@ -33,20 +36,7 @@ std::string model(const std::string& name) {
   return std::string(PHASEKV_SOURCE_DIR) + "/models/" + name;
 }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("phasekv_bundled_" + name + "_" +
-                                            std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path fresh_dir(const std::string& name) { return test::temp_dir("bundled_" + name); }
 
 // Runs `phasekv sweep` and returns summary.json.
 json sweep(const std::string& name, const fs::path& out, int examples) {
@@ -96,57 +86,16 @@ TEST(Bundled, FullAttentionControlRetrievesAndHasNoSignificantPeriod) {
   fs::remove_all(dir);
 }
 
-// `phasekv serve` as a child process on a free loopback port; SIGTERM on destruction.
-class ServeProcess {
- public:
-  ServeProcess(const std::string& model_dir, const fs::path& log) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, STDERR_FILENO);
-      execl(kBin.c_str(), kBin.c_str(), "serve", "--model", model_dir.c_str(), "--port", "0",
-            "--torch-threads", "1", static_cast<char*>(nullptr));
-      _exit(127);
-    }
-    const std::regex url("http://127\\.0\\.0\\.1:[0-9]+");
-    for (int i = 0; i < 600 && endpoint_.empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      std::smatch m;
-      const std::string text = slurp(log);
-      if (std::regex_search(text, m, url)) endpoint_ = m[0];
-    }
-  }
-  ~ServeProcess() { stop(); }
-  // SIGTERM, then the exit status (0 = graceful shutdown).
-  int stop() {
-    if (pid_ <= 0) return status_;
-    kill(pid_, SIGTERM);
-    int st = 0;
-    waitpid(pid_, &st, 0);
-    pid_ = -1;
-    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    return status_;
-  }
-  const std::string& endpoint() const { return endpoint_; }
-
- private:
-  pid_t pid_ = -1;
-  int status_ = -1;
-  std::string endpoint_;
-};
-
 TEST(Bundled, BlindAuditOfTheServedChunkedModelFindsPeriod4AndMatchesTheSweep) {
   const fs::path dir = fresh_dir("audit");
   const int examples = 60;
   sweep("kv-chunked", dir / "sweep", examples);
 
-  ServeProcess server(model("kv-chunked"), dir / "serve.log");
-  ASSERT_FALSE(server.endpoint().empty()) << slurp(dir / "serve.log");
+  test::ServeProcess server(kBin, model("kv-chunked"), dir / "serve.log");
+  ASSERT_FALSE(server.endpoint().empty()) << server.log();
   // The served name, as `phasekv serve` prints it (and GET /v1/models lists it).
-  std::smatch m;
-  const std::string log = slurp(dir / "serve.log");
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("model '([^']+)'"))) << log;
-  const std::string name = m[1];
+  const std::string name = server.name();
+  ASSERT_FALSE(name.empty()) << server.log();
   const std::string cmd = kBin + " audit --endpoint " + server.endpoint() + " --model '" + name +
                           "' --modulus 8 --examples " + std::to_string(examples) +
                           " --concurrency 8 --out " + (dir / "audit").string() + " > " +

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/fs.h"

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -22,7 +23,7 @@
 #include "backend/http_url.h"
 #include "backend/local_backend.h"
 #include "eval/sweep.h"
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "io/tokenizer.h"
 #include "server/server.h"
 #include "test_util.h"
@@ -38,15 +39,7 @@ using json = nlohmann::json;
 TaskConfig small_task() { return test::small_kv_task(); }
 ModelConfig small_model_config() { return test::small_kv_model_config(40); }
 
-fs::path temp_dir(const std::string& name) {
-  static int counter = 0;
-  fs::path p =
-      fs::temp_directory_path() /
-      ("phasekv_http_" + name + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path temp_dir(const std::string& name) { return test::temp_dir("http_" + name); }
 
 // A phasekv server on a random loopback port, serving a tiny random model, for one test suite.
 class Served {
@@ -183,10 +176,10 @@ TEST_F(ServeTest, SweepOverHttpEqualsInProcessSweep) {
   const auto a = read_results((root / "http" / "results.jsonl").string()).records;
   const auto b = read_results((root / "local" / "results.jsonl").string()).records;
   ASSERT_EQ(a.size(), 32u);
-  std::map<std::pair<int64_t, int>, SweepRecord> local;
+  std::map<std::pair<int64_t, int>, EvalRecord> local;
   for (const auto& r : b) local[{r.example_id, r.phase}] = r;
   for (const auto& r : a) {
-    const SweepRecord& l = local.at({r.example_id, r.phase});
+    const EvalRecord& l = local.at({r.example_id, r.phase});
     EXPECT_EQ(r.prediction, l.prediction);
     EXPECT_EQ(r.correct, l.correct);
     EXPECT_NEAR(*r.target_logprob, *l.target_logprob, 1e-4);
@@ -212,7 +205,7 @@ TEST_F(ServeTest, AuditCommandRunsBlindAndResumes) {
   EXPECT_EQ(audit["records"]["errors"], 0);
   EXPECT_EQ(read_results((out / "results.jsonl").string()).records.size(), 24u);
   const std::string log = read_file((out / "log.txt").string());
-  EXPECT_NE(log.find("req/s"), std::string::npos) << log;
+  EXPECT_NE(log.find("items/s"), std::string::npos) << log;
   EXPECT_NE(log.find("detected period"), std::string::npos) << log;
   // A rerun finds everything done and scores nothing.
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file((out / "log.txt").string());
@@ -448,6 +441,36 @@ TEST(TextTask, PutsTheKeyAtEveryPhaseAndFlagsRetokenizationShifts) {
       }
     }
   }
+}
+
+// Every example draws from its own stream: consecutive examples share keys only by chance. (A
+// generator seeded with id * c and advanced by c made example id + 1 example id shifted by one:
+// 7 of 8 keys shared.) 8 keys out of 9000 each: the expected overlap is 8 * 8 / 9000 = 0.007.
+TEST(TextTask, ConsecutiveExamplesShareNoMoreKeysThanChance) {
+  ToyTokenizer toy(false);
+  TextTaskOptions o;
+  o.records = 8;
+  o.context_tokens = 80;
+  o.modulus = 4;
+  TextKvTask task(toy.fns(), o);
+  const int n = 60;
+  std::vector<std::pair<int64_t, int>> pairs;
+  for (int e = 0; e < n; ++e) pairs.push_back({e, 0});
+  const auto items = task.build(pairs);
+  const std::regex key_re("key (\\d{4}) ->");
+  std::vector<std::set<std::string>> keys;
+  for (const auto& it : items) {
+    const std::string text = toy.decode(it.tokens);
+    std::set<std::string> k;
+    for (std::sregex_iterator m(text.begin(), text.end(), key_re), end; m != end; ++m)
+      k.insert((*m)[1]);
+    ASSERT_EQ(k.size(), 8u) << text;
+    keys.push_back(k);
+  }
+  int shared = 0;
+  for (int e = 0; e + 1 < n; ++e)
+    for (const auto& k : keys[static_cast<size_t>(e)]) shared += keys[static_cast<size_t>(e) + 1].count(k) ? 1 : 0;
+  EXPECT_LE(shared, 3) << "over " << n - 1 << " consecutive pairs (chance: about 0.4)";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Invariants of the chunked-compression engine (PAPER.md section 2 is the specification).
+// Invariants of the chunked-compression engine (docs/ARCHITECTURE.md is the specification).
 #include <gtest/gtest.h>
 
 #include "model/visibility.h"
@@ -12,9 +12,7 @@ using test::make_model;
 using test::random_tokens;
 using test::tiny_config;
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a - b).abs().max().item<double>();
-}
+using test::max_abs_diff;
 
 TEST(Model, ChunkedS1W1MeanNoWindowEqualsFullAttention) {
   AttentionConfig full;

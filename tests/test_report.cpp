@@ -12,24 +12,14 @@
 #include <vector>
 
 #include "report/report.h"
+#include "test_util.h"
 #include "util/error.h"
 #include "util/fs.h"
 
 namespace phasekv {
 namespace {
 
-std::vector<PhaseOutcome> simulate(const std::vector<double>& profile, int examples,
-                                   uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<PhaseOutcome> out;
-  for (int e = 0; e < examples; ++e) {
-    for (int r = 0; r < static_cast<int>(profile.size()); ++r) {
-      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-      out.push_back({e, r, u < profile[r]});
-    }
-  }
-  return out;
-}
+const auto simulate = test::simulate_outcomes;
 
 // M = 8, S = 4, weak spot at phases 3 and 7.
 const PhaseSummary& period4_summary() {

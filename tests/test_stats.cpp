@@ -7,24 +7,13 @@
 #include <vector>
 
 #include "eval/stats.h"
+#include "test_util.h"
 #include "util/error.h"
 
 namespace phasekv {
 namespace {
 
-// Every example evaluated at every phase, with independent Bernoulli(profile[r]) outcomes.
-std::vector<PhaseOutcome> simulate(const std::vector<double>& profile, int examples,
-                                   uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<PhaseOutcome> out;
-  for (int e = 0; e < examples; ++e) {
-    for (int r = 0; r < static_cast<int>(profile.size()); ++r) {
-      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
-      out.push_back({e, r, u < profile[r]});
-    }
-  }
-  return out;
-}
+const auto simulate = test::simulate_outcomes;
 
 // Period-4 weak spot at phase 3 (mod 4), folded mod `modulus`.
 std::vector<double> period4_profile(int modulus) {
@@ -238,7 +227,7 @@ TEST(Summary, JsonKeysAndRoundTrip) {
     EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(j["phases"].size(), 8u);
-  EXPECT_EQ(j["phases"][3]["r"], 3);
+  EXPECT_EQ(j["phases"][3]["phase"], 3);
   for (const char* key : {"n", "acc", "ci_lo", "ci_hi"}) EXPECT_TRUE(j["phases"][0].contains(key));
   EXPECT_EQ(j["gap_ci_pp"].size(), 2u);
   EXPECT_EQ(j["period"]["detected"], 4);

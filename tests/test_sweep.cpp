@@ -12,8 +12,9 @@
 
 #include "backend/local_backend.h"
 #include "eval/sweep.h"
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "io/tokenizer.h"
+#include "report/report.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -165,6 +166,9 @@ TEST_F(SweepTest, WritesOneRecordPerExampleAndPhaseAndTheReport) {
   const SweepResult res = run_sweep(b, o);
   const std::string path = o.out_dir + "/results.jsonl";
   EXPECT_EQ(read_lines(path).size(), 12u);
+  // The engine writes results.jsonl only; the report files are the caller's (cli) to write.
+  EXPECT_FALSE(fs::exists(o.out_dir + "/summary.json"));
+  write_sweep_outputs(o.out_dir, res.label, res.summary, res.meta);
   std::set<std::pair<int64_t, int>> pairs;
   for (const auto& r : read_results(path).records) {
     EXPECT_EQ(r.key_pos % o.modulus, r.phase);
@@ -222,6 +226,46 @@ TEST_F(SweepTest, ResumesAnInterruptedRunToTheSameRecords) {
   EXPECT_EQ(read_lines(cut.out_dir + "/results.jsonl").size(), 12u);
 }
 
+// Only the last line may be torn: a bad line before it is corruption, named by file and line, and
+// nothing is appended.
+TEST_F(SweepTest, ACorruptLineBeforeTheLastIsAnErrorNamingTheLine) {
+  LocalBackend b = backend();
+  const SweepOptions o = options("corrupt");
+  run_sweep(b, o);
+  auto lines = read_lines(o.out_dir + "/results.jsonl");
+  ASSERT_EQ(lines.size(), 12u);
+  lines[4] = lines[4].substr(0, 20);
+  std::string text;
+  for (size_t i = 0; i + 2 < lines.size(); ++i) text += lines[i] + "\n";  // and two missing
+  write_text(o.out_dir + "/results.jsonl", text);
+  try {
+    run_sweep(b, o);
+    FAIL() << "a corrupt line in the middle must not resume";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("results.jsonl line 5 is not valid JSON"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("corrupt"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(read_file(o.out_dir + "/results.jsonl"), text);
+}
+
+// A complete last record without its newline (an append cut after the closing brace) is kept,
+// and the next append starts on a line of its own.
+TEST_F(SweepTest, ALastLineWithoutNewlineIsCompletedNotLost) {
+  LocalBackend b = backend();
+  const SweepOptions o = options("nonl");
+  run_sweep(b, o);
+  auto lines = read_lines(o.out_dir + "/results.jsonl");
+  std::string text;
+  for (size_t i = 0; i < 6; ++i) text += lines[i] + (i == 5 ? "" : "\n");
+  write_text(o.out_dir + "/results.jsonl", text);
+  const SweepResult res = run_sweep(b, o);
+  EXPECT_EQ(res.resumed, 6);
+  EXPECT_EQ(res.scored, 6);
+  EXPECT_TRUE(res.run.repaired);
+  EXPECT_EQ(read_results(o.out_dir + "/results.jsonl").records.size(), 12u);
+}
+
 TEST_F(SweepTest, RefusesToResumeADifferentSweep) {
   LocalBackend b = backend();
   SweepOptions o = options("run", 1);
@@ -233,7 +277,7 @@ TEST_F(SweepTest, RefusesToResumeADifferentSweep) {
     FAIL() << "a different seed must not resume";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("different sweep"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("different run"), std::string::npos) << msg;
     EXPECT_NE(msg.find("--out"), std::string::npos) << msg;
   }
   EXPECT_EQ(read_file(o.out_dir + "/results.jsonl"), before);

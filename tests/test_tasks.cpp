@@ -5,7 +5,7 @@
 #include <set>
 #include <tuple>
 
-#include "train/tasks.h"
+#include "task/tasks.h"
 #include "util/error.h"
 
 namespace phasekv {

@@ -4,7 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "io/model_dir.h"
+#include "model/model_dir.h"
+#include "test_util.h"
 #include "train/trainer.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -25,8 +26,9 @@ nlohmann::json tiny_train_json() {
               "log_every": 1, "eval_every": 10, "eval_examples": 16, "checkpoint_every": 10}})");
 }
 
+// A fresh path whose directory does not exist yet (the trainer creates it).
 std::string temp_dir(const std::string& name) {
-  auto p = fs::temp_directory_path() / ("phasekv_train_" + name + "_" + std::to_string(::getpid()));
+  const fs::path p = test::temp_dir("train_" + name);
   fs::remove_all(p);
   return p.string();
 }

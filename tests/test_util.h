@@ -1,13 +1,99 @@
-// Shared helpers for the model tests: tiny configs for every attention variant.
+// The one set of test helpers: temp directories, files, `phasekv serve` as a child process, tiny
+// configs for every attention variant, seeded models and tokens.
 #pragma once
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/model_config.h"
+#include "eval/stats.h"
 #include "model/decoder.h"
-#include "train/tasks.h"
+#include "task/tasks.h"
 
 namespace phasekv::test {
+
+// A new empty directory under the system temp dir, unique per process and call.
+inline std::filesystem::path temp_dir(const std::string& name) {
+  static int counter = 0;
+  const auto p = std::filesystem::temp_directory_path() /
+                 ("phasekv_test_" + name + "_" + std::to_string(::getpid()) + "_" +
+                  std::to_string(counter++));
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p;
+}
+
+// The whole file ("" when it cannot be read: tests print it on failure).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// `phasekv serve --model DIR --port 0` as a child process (stderr to `log`); the endpoint and the
+// served name are read from what it prints. SIGTERM on destruction.
+class ServeProcess {
+ public:
+  ServeProcess(const std::string& binary, const std::string& model_dir,
+               const std::filesystem::path& log)
+      : log_(log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, STDERR_FILENO);
+      execl(binary.c_str(), binary.c_str(), "serve", "--model", model_dir.c_str(), "--port", "0",
+            "--torch-threads", "1", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const std::regex url("http://127\\.0\\.0\\.1:[0-9]+");
+    const std::regex name("model '([^']+)'");
+    for (int i = 0; i < 600 && endpoint_.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::smatch m;
+      const std::string text = slurp(log);
+      if (std::regex_search(text, m, url)) endpoint_ = m[0];
+      if (std::regex_search(text, m, name)) name_ = m[1];
+    }
+  }
+  ServeProcess(const ServeProcess&) = delete;
+  ServeProcess& operator=(const ServeProcess&) = delete;
+  ~ServeProcess() { stop(); }
+  // SIGTERM, then the exit status (0 = graceful shutdown).
+  int stop() {
+    if (pid_ <= 0) return status_;
+    kill(pid_, SIGTERM);
+    int st = 0;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    status_ = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    return status_;
+  }
+  const std::string& endpoint() const { return endpoint_; }  // "" when it did not start
+  const std::string& name() const { return name_; }          // the served model name
+  std::string log() const { return slurp(log_); }
+
+ private:
+  std::filesystem::path log_;
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string endpoint_, name_;
+};
 
 inline ModelConfig tiny_config(const AttentionConfig& a, int n_kv_heads = 2) {
   ModelConfig c;
@@ -171,6 +257,25 @@ inline Decoder make_model(const ModelConfig& cfg, uint64_t seed,
   m->to(dtype);
   m->eval();
   return m;
+}
+
+// Every example evaluated at every phase, with independent Bernoulli(profile[r]) outcomes.
+inline std::vector<PhaseOutcome> simulate_outcomes(const std::vector<double>& profile,
+                                                   int examples, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<PhaseOutcome> out;
+  for (int e = 0; e < examples; ++e) {
+    for (int r = 0; r < static_cast<int>(profile.size()); ++r) {
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;
+      out.push_back({e, r, u < profile[static_cast<size_t>(r)]});
+    }
+  }
+  return out;
+}
+
+// max |a - b| in f64.
+inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
 }
 
 inline torch::Tensor random_tokens(int64_t T, int64_t vocab, uint64_t seed) {

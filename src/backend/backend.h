@@ -2,6 +2,8 @@
 // model runs in this process (LocalBackend) or behind an OpenAI-compatible server (HttpBackend).
 #pragma once
 #include <cstdint>
+#include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,13 @@ struct ScoreResult {
   std::string error;            // non-empty: the request failed for good (after retries)
 };
 
+// Per-context outcome of Backend::generate_many.
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::optional<double> first_logprob;
+  std::string error;  // non-empty: the request failed for good
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -33,6 +42,20 @@ class Backend {
   virtual std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) = 0;
   // Greedy generation of up to max_tokens tokens after context.
   virtual std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) = 0;
+  // Greedy generation for many contexts, errors per context (never thrown). Backends that can
+  // run requests concurrently override it.
+  virtual std::vector<Generation> generate_many(const std::vector<std::vector<int32_t>>& contexts,
+                                                int max_tokens) {
+    std::vector<Generation> out(contexts.size());
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      try {
+        out[i].tokens = generate(contexts[i], max_tokens);
+      } catch (const std::exception& e) {
+        out[i].error = e.what();
+      }
+    }
+    return out;
+  }
   virtual int64_t max_context() const = 0;
   // What a report should say about this backend (dialect, prefix-cache policy, endpoint).
   virtual nlohmann::json describe() const = 0;

@@ -41,13 +41,6 @@ struct HttpBackendOptions {
   int64_t max_context = 0;  // > 0 overrides what the server reports
 };
 
-// Per-request outcome of generate_many.
-struct Generation {
-  std::vector<int32_t> tokens;
-  std::optional<double> first_logprob;
-  std::string error;
-};
-
 class HttpBackend : public Backend {
  public:
   // Connects: checks the endpoint and the API key variable, detects the dialect (unless given),
@@ -76,7 +69,7 @@ class HttpBackend : public Backend {
                                                   bool add_special_tokens);
   std::vector<std::string> detokenize_many(const std::vector<std::vector<int32_t>>& ids);
   std::vector<Generation> generate_many(const std::vector<std::vector<int32_t>>& contexts,
-                                        int max_tokens);
+                                        int max_tokens) override;
 
   Dialect dialect() const { return dialect_; }
   TransportStats stats() const { return transport_->stats(); }

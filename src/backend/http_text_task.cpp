@@ -5,6 +5,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace phasekv {
 namespace {
@@ -25,18 +26,6 @@ const std::string kQuestion = "\n\nQuestion: what is the value of key";
 const std::string kAnswer = "?\nAnswer: key";
 // Padding candidates, most tokenizers keep the first ones as one token per copy.
 const std::vector<std::string> kPadCandidates = {" the", " .", " -", " =", " x", "\n"};
-
-// splitmix64: a portable stream (std:: distributions differ between standard libraries).
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  int below(int n) { return static_cast<int>(next() % static_cast<uint64_t>(n)); }
-};
 
 std::vector<int32_t> repeat(int32_t t, int n) {
   return std::vector<int32_t>(static_cast<size_t>(n), t);
@@ -105,22 +94,24 @@ std::vector<int32_t> TextKvTask::ids(const std::string& text) {
 }
 
 TextKvTask::Example TextKvTask::make_example(int64_t id) {
-  Rng rng{o_.seed * 0x100000001b3ULL + static_cast<uint64_t>(id) * 0x9e3779b97f4a7c15ULL + 1};
+  // Each example its own stream (util/rng.h): examples are independent, as the cluster bootstrap
+  // over examples assumes.
+  Rng rng(seed_for(o_.seed, static_cast<uint64_t>(id)));
   // Keys: distinct 4-digit numbers. Values: distinct leading digit (<= 9 records) or leading two
   // digits, so that their first tokens differ under digit-splitting tokenizers too.
   std::set<int> keys, leads;
   std::vector<int> key_list, value_list;
   while (static_cast<int>(key_list.size()) < o_.records) {
-    const int k = 1000 + rng.below(9000);
+    const int k = 1000 + draw_below(rng, 9000);
     if (keys.insert(k).second) key_list.push_back(k);
   }
   const bool one_digit = o_.records <= 9;
   while (static_cast<int>(value_list.size()) < o_.records) {
-    const int v = 1000 + rng.below(9000);
+    const int v = 1000 + draw_below(rng, 9000);
     if (leads.insert(one_digit ? v / 1000 : v / 100).second) value_list.push_back(v);
   }
-  const int target = rng.below(o_.records);
-  const int first_sentence = rng.below(static_cast<int>(kSentences.size()));
+  const int target = draw_below(rng, o_.records);
+  const int first_sentence = draw_below(rng, static_cast<int>(kSentences.size()));
 
   // Tokenize this example's pieces in one batch (the fixed ones are cached).
   std::vector<std::string> texts;
@@ -166,7 +157,7 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
   }
   std::vector<int> slots;  // record i goes after sentence slots[i] (sorted, may repeat)
   for (int i = 0; i < o_.records; ++i)
-    slots.push_back(rng.below(static_cast<int>(sentences.size()) + 1));
+    slots.push_back(draw_below(rng, static_cast<int>(sentences.size()) + 1));
   std::sort(slots.begin(), slots.end());
   size_t r = 0;
   for (size_t s = 0; s <= sentences.size(); ++s) {

@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/tasks.h"
+#include "task/tasks.h"
 
 namespace phasekv {
 

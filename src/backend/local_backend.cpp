@@ -6,7 +6,7 @@
 #include <set>
 #include <thread>
 
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "runtime/session.h"
 #include "util/error.h"
 

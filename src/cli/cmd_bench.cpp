@@ -36,7 +36,7 @@ struct BenchFlags {
 void add_common(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   cmd->add_flag("--quick", f->quick, "small sizes: the whole suite in about a minute");
   cmd->add_option("--json", f->json, "also write the figures to this JSON file");
-  PHASEKV_BENCH_OPTION(cmd, f, "--threads", threads, "libtorch threads (default 2)");
+  PHASEKV_BENCH_OPTION(cmd, f, "--threads", threads, "libtorch threads");
   PHASEKV_BENCH_OPTION(cmd, f, "--seed", seed, "weights and data seed");
   PHASEKV_BENCH_OPTION(cmd, f, "--gemm-sizes", gemm_sizes, "square GEMM sizes for the peak");
 }

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "runtime/session.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -44,7 +44,7 @@ void register_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "print the architecture per layer and KV-cache bytes");
   auto dir = std::make_shared<std::string>();
   auto context = std::make_shared<int64_t>(4096);
-  cmd->add_option("model_dir", *dir, "model directory")->required();
+  cmd->add_option("--model,model_dir", *dir, "model directory (as --model DIR, or as the argument)")->required();
   cmd->add_option("--context", *context, "context length T for the cache size")
       ->check(CLI::PositiveNumber);
   cmd->callback([=] {
@@ -110,7 +110,9 @@ void register_logits(CLI::App& app) {
   auto chunk = std::make_shared<int64_t>(1);
   cmd->add_option("--model", *dir, "model directory")->required();
   cmd->add_option("--tokens", *tokens, "comma-separated token ids")->required();
-  cmd->add_flag("--stream", *stream, "use the streaming session (prefill chunks, then decode)");
+  cmd->add_flag("--stream", *stream,
+                "use the streaming session: prefill in chunks of --chunk tokens (default 1: one "
+                "token at a time, i.e. pure decode)");
   cmd->add_option("--chunk", *chunk, "with --stream: tokens per prefill call")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out", *out, "write JSON here instead of stdout");

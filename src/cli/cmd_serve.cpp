@@ -11,7 +11,7 @@
 
 #include "backend/local_backend.h"
 #include "cli/commands.h"
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "io/tokenizer.h"
 #include "server/server.h"
 #include "util/error.h"
@@ -92,17 +92,16 @@ void register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   cmd->add_option("--model", a->model, "model directory (config.json, weights, tokenizer.json)")
       ->required();
-  cmd->add_option("--host", a->host, "address to listen on (default 127.0.0.1)");
-  cmd->add_option("--port", a->port, "port (default 8000; 0 = any free port)");
+  cmd->add_option("--host", a->host, "address to listen on");
+  cmd->add_option("--port", a->port, "port");
   cmd->add_option("--threads", a->threads,
-                  "HTTP worker threads, at least the number of concurrent connections "
-                  "(default 32)");
+                  "HTTP worker threads, at least the number of concurrent connections");
   cmd->add_option("--torch-threads", a->torch_threads, "libtorch threads (0 = all cores)");
   cmd->add_option("--max-tokens-limit", a->max_tokens_limit,
-                  "largest max_tokens a request may ask for (default 1024)");
+                  "largest max_tokens a request may ask for");
   cmd->add_option("--max-body-bytes", a->max_body_bytes,
-                  "largest request body; larger ones get 413 (default 8 MiB)");
-  cmd->add_option("--name", a->name, "served model name (default: <dir name>@<config hash>)");
+                  "largest request body; larger ones get 413");
+  cmd->add_option("--name", a->name, "served model name ('': <dir name>@<config hash>)");
   cmd->add_flag("--log-requests", a->log_requests, "one line per request on stderr");
   cmd->callback([a] { run_serve(*a); });
 }

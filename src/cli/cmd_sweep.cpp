@@ -8,7 +8,7 @@
 #include "backend/local_backend.h"
 #include "cli/commands.h"
 #include "eval/sweep.h"
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "io/tokenizer.h"
 #include "report/report.h"
 #include "util/error.h"
@@ -17,11 +17,7 @@
 namespace phasekv::cli {
 namespace {
 
-PaddingMode parse_padding(const std::string& s) {
-  if (s == "prefix") return PaddingMode::kPrefix;
-  if (s == "in-sequence" || s == "in_sequence") return PaddingMode::kInSequence;
-  throw Error("--padding: '" + s + "' is not a padding mode (allowed: prefix, in-sequence)");
-}
+PaddingMode parse_padding(const std::string& s) { return padding_mode_from_string(s, "--padding"); }
 
 // The task comes from the model's task.json, so the sweep asks the model about the vocabulary and
 // sizes it was trained on. --task passkey on a kv model keeps those settings with one needle.
@@ -53,7 +49,7 @@ void run_sweep_command(const SweepArgs& a) {
   const PaddingMode padding = parse_padding(a.padding);
   if (a.batch < 1) throw Error("--batch is " + std::to_string(a.batch) + " (allowed: >= 1)");
   if (a.bootstrap < 0 || a.permutations < 0)
-    throw Error("--bootstrap and --permutations must be >= 0");
+    throw Error("--bootstrap-reps and --permutations must be >= 0");
   set_threads(a.threads);
   LocalBackend backend = LocalBackend::from_dir(a.model, a.threads, a.batch);
   SweepOptions o;
@@ -72,9 +68,14 @@ void run_sweep_command(const SweepArgs& a) {
                   {"config_hash", config_hash(backend.model()->cfg)},
                   {"stride", stride > 0 ? nlohmann::json(stride) : nlohmann::json(nullptr)},
                   {"task_flag", a.task}};
-  o.out = &std::cout;
   o.progress = &std::cerr;
-  run_sweep(backend, o);
+  const SweepResult result = run_sweep(backend, o);
+  write_sweep_outputs(a.out, result.label, result.summary, result.meta);
+  std::cout << terminal_table(result.summary, result.label)
+            << phase_verdict(result.summary).text() << "\n"
+            << sweep_records_line(result)
+            << "wrote " << a.out
+            << "/{results.jsonl, summary.json, phase.csv, phase.svg, report.html}\n";
 }
 
 // A sweep directory, or a summary.json file itself.
@@ -137,14 +138,14 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--examples", a->examples, "logical examples, each at every phase")->required();
   cmd->add_option("--modulus", a->modulus, "M: phases r = key position mod M (e.g. 8 for S = 4)")
       ->required();
-  cmd->add_option("--padding", a->padding, "prefix|in-sequence")->required();
+  cmd->add_option("--padding", a->padding, "prefix|in_sequence (in-sequence is accepted too)")->required();
   cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
       ->required();
   cmd->add_option("--seed", a->seed, "names the logical examples");
   cmd->add_option("--stride", a->stride, "stride S for the statistics (0 = the model's)");
   cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)");
   cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
-  cmd->add_option("--bootstrap", a->bootstrap, "cluster bootstrap replicates");
+  cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
   cmd->add_option("--permutations", a->permutations, "permutations of the period test");
   cmd->callback([a] { run_sweep_command(*a); });
 }
@@ -154,7 +155,7 @@ void register_compare(CLI::App& app) {
   auto dirs = std::make_shared<std::vector<std::string>>();
   auto out = std::make_shared<std::string>(".");
   cmd->add_option("dirs", *dirs, "sweep directories (each with summary.json)")->required();
-  cmd->add_option("--out", *out, "where compare.svg and compare.html go (default: .)");
+  cmd->add_option("--out", *out, "where compare.svg and compare.html go");
   cmd->callback([dirs, out] { run_compare_command(*dirs, *out); });
 }
 

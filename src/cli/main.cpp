@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
       "phasekv: find, measure, explain and remove periodic weak spots of chunked KV-cache "
       "compression"};
   app.require_subcommand(1);
+  // --help shows every option's default from the variable it binds: written once, never stale.
+  app.option_defaults()->always_capture_default();
   phasekv::cli::register_init(app);
   phasekv::cli::register_info(app);
   phasekv::cli::register_logits(app);

@@ -22,50 +22,22 @@ const std::set<std::string> kAttentionKeys = {
 using json_read::check_keys;
 using json_read::read;
 
-template <typename E>
-E parse_enum(const std::string& s, const std::vector<std::pair<std::string, E>>& table,
-             const std::string& key, const std::string& where) {
-  std::string allowed;
-  for (const auto& [name, value] : table) {
-    if (name == s) return value;
-    allowed += (allowed.empty() ? "" : "|") + name;
-  }
-  throw Error(where + ": key '" + key + "' has value '" + s + "' (allowed: " + allowed + ")");
-}
-
-const std::vector<std::pair<std::string, AttentionKind>> kKinds = {
+const json_read::Choices<AttentionKind> kKinds = {
     {"full", AttentionKind::kFull},
     {"window", AttentionKind::kWindow},
     {"chunked", AttentionKind::kChunked}};
-const std::vector<std::pair<std::string, GateKind>> kGates = {
+const json_read::Choices<GateKind> kGates = {
     {"scalar", GateKind::kScalar}, {"vector", GateKind::kVector}, {"mean", GateKind::kMean}};
-const std::vector<std::pair<std::string, EntryRope>> kEntryRopes = {{"start", EntryRope::kStart},
+const json_read::Choices<EntryRope> kEntryRopes = {{"start", EntryRope::kStart},
                                                                     {"prev", EntryRope::kPrev},
                                                                     {"last", EntryRope::kLast},
                                                                     {"none", EntryRope::kNone}};
 
-template <typename E>
-std::string enum_name(E e, const std::vector<std::pair<std::string, E>>& table) {
-  for (const auto& [name, value] : table)
-    if (value == e) return name;
-  return "?";
-}
-
 AttentionConfig attention_from_json(const json& j, AttentionConfig a, const std::string& where) {
   check_keys(j, kAttentionKeys, where);
-  std::string s;
-  if (j.contains("kind")) {
-    read(j, "kind", s, where);
-    a.kind = parse_enum(s, kKinds, "kind", where);
-  }
-  if (j.contains("gate")) {
-    read(j, "gate", s, where);
-    a.gate = parse_enum(s, kGates, "gate", where);
-  }
-  if (j.contains("entry_rope")) {
-    read(j, "entry_rope", s, where);
-    a.entry_rope = parse_enum(s, kEntryRopes, "entry_rope", where);
-  }
+  json_read::read_choice(j, "kind", a.kind, kKinds, where);
+  json_read::read_choice(j, "gate", a.gate, kGates, where);
+  json_read::read_choice(j, "entry_rope", a.entry_rope, kEntryRopes, where);
   read(j, "stride", a.stride, where);
   read(j, "width", a.width, where);
   read(j, "gate_bias", a.gate_bias, where);
@@ -94,13 +66,13 @@ json attention_to_json(const AttentionConfig& a) {
 }  // namespace
 
 std::string to_string(AttentionKind k) {
-  return enum_name(k, kKinds);
+  return json_read::choice_name(k, kKinds);
 }
 std::string to_string(GateKind g) {
-  return enum_name(g, kGates);
+  return json_read::choice_name(g, kGates);
 }
 std::string to_string(EntryRope e) {
-  return enum_name(e, kEntryRopes);
+  return json_read::choice_name(e, kEntryRopes);
 }
 
 bool ModelConfig::any_chunked() const {

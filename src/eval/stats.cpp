@@ -10,6 +10,7 @@
 #include <random>
 
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace phasekv {
 
@@ -19,20 +20,6 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Significance level of the nested test that reduces a detected period to a divisor.
 constexpr double kNestedAlpha = 0.05;
 
-// ---------------------------------------------------------------------------------------------
-// Random draws. Our own unbiased index draw (rejection of the 2^64 mod n low values) keeps seeded
-// results identical across standard libraries, whose distributions are implementation-defined.
-
-uint64_t draw_below(std::mt19937_64& rng, uint64_t n) {
-  const uint64_t threshold = (0 - n) % n;  // 2^64 mod n
-  uint64_t x = rng();
-  while (x < threshold) x = rng();
-  return x % n;
-}
-
-void shuffle_in_place(std::vector<uint8_t>& v, std::mt19937_64& rng) {
-  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[draw_below(rng, i)]);
-}
 
 // ---------------------------------------------------------------------------------------------
 // Incomplete gamma function (Numerical Recipes 6.2), in log space for the upper tail so that
@@ -387,7 +374,7 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key) {
 nlohmann::json phases_json(const std::vector<PhaseRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const PhaseRow& p : rows) {
-    out.push_back({{"r", p.r},
+    out.push_back({{"phase", p.r},
                    {"n", p.n},
                    {"successes", p.successes},
                    {"acc", p.acc},
@@ -401,7 +388,8 @@ std::vector<PhaseRow> phases_from(const nlohmann::json& j) {
   std::vector<PhaseRow> rows;
   for (const nlohmann::json& p : j) {
     PhaseRow row;
-    row.r = field(p, "r").get<int>();
+    // "r" is how summaries written before the key was named "phase" spell it.
+    row.r = field(p, p.contains("phase") ? "phase" : "r").get<int>();
     row.n = field(p, "n").get<int64_t>();
     row.acc = number_or_nan(field(p, "acc"));
     // Older or hand-written files may lack successes; it is implied by n and acc.

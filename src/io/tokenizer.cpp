@@ -16,15 +16,6 @@ bool has_space(const std::string& word) {
   return false;
 }
 
-nlohmann::json parse_json_file(const std::string& path) {
-  const std::string text = read_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(path + ": not valid JSON (" + e.what() + ")");
-  }
-}
-
 }  // namespace
 
 WordTokenizer::WordTokenizer(std::vector<std::string> tokens, const std::string& where)
@@ -96,7 +87,7 @@ WordTokenizer WordTokenizer::from_json(const nlohmann::json& j, const std::strin
 }
 
 WordTokenizer WordTokenizer::load(const std::string& path) {
-  return from_json(parse_json_file(path), path);
+  return from_json(read_json_file(path), path);
 }
 
 void WordTokenizer::save(const std::string& path) const {
@@ -104,19 +95,8 @@ void WordTokenizer::save(const std::string& path) const {
 }
 
 void save_task_files(const std::string& dir, const TaskConfig& task) {
-  validate(task, "task config");
-  std::filesystem::create_directories(dir);
-  write_file_atomic(dir + "/task.json", task_config_to_json(task).dump(2) + "\n");
+  save_task_config(dir, task);
   WordTokenizer::from_vocab(task_vocab(task)).save(dir + "/tokenizer.json");
-}
-
-TaskConfig load_task_config(const std::string& dir) {
-  const std::string path = dir + "/task.json";
-  if (!std::filesystem::exists(path))
-    throw Error("model directory " + dir +
-                " has no task.json (the task config a trained model carries; models made by "
-                "`phasekv init` have none)");
-  return task_config_from_json(parse_json_file(path), path);
 }
 
 std::optional<WordTokenizer> load_tokenizer_if_present(const std::string& dir) {

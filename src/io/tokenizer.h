@@ -15,7 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "train/tasks.h"
+#include "task/task_file.h"
+#include "task/tasks.h"
 
 namespace phasekv {
 
@@ -45,11 +46,9 @@ class WordTokenizer {
   std::unordered_map<std::string, int32_t> ids_;
 };
 
-// Writes DIR/task.json and DIR/tokenizer.json (the task's vocabulary), each atomically; creates
-// DIR if missing. Validates the config first, so a bad config writes nothing.
+// Writes DIR/task.json (task/task_file.h) and DIR/tokenizer.json (the task's vocabulary), each
+// atomically; creates DIR if missing. Validates the config first, so a bad config writes nothing.
 void save_task_files(const std::string& dir, const TaskConfig& task);
-// Reads DIR/task.json (strict parsing); throws phasekv::Error when it is missing or invalid.
-TaskConfig load_task_config(const std::string& dir);
 // DIR/tokenizer.json when the directory has one, else nullopt (a model made by `phasekv init`
 // has none). A present but invalid file throws.
 std::optional<WordTokenizer> load_tokenizer_if_present(const std::string& dir);

@@ -24,22 +24,23 @@ struct Dims {
 };
 
 // Raw visibility of a training forward as a band: raw token t - d is visible to query t iff
-// 0 <= d < width, t - d >= 0 and (d < n_win or d < (t + 1) mod tail_stride).
+// 0 <= d < span, t - d >= 0 and (d < n_win or d < (t + 1) mod tail_stride). ("span", not
+// "width": W is the compressor's slots per entry.)
 struct Band {
-  int64_t width = 0;
+  int64_t span = 0;
   int64_t n_win = 0;        // the sliding window (full attention: the whole sequence)
   int64_t tail_stride = 0;  // > 0: the uncompressed tail of chunked layers is visible too
 };
 
 // How the raw band is laid out. Queries are cut into nblk blocks of Bq rows (the sequence padded
-// to Tp = nblk * Bq); each row has L band columns.
+// to Tp = nblk * Bq); each row has `cols` band columns.
 //  - diagonal (narrow bands): one block, column l is the key at offset d = l behind the row. The
-//    scores are `width` elementwise q.k products: no GEMM, no wasted columns.
+//    scores are `span` elementwise q.k products: no GEMM, no wasted columns.
 //  - blocked: column l of block b is position b*Bq - front + l, i.e. offset d = m + front - l
-//    behind row m; L = Bq + front keys cover every row's band with one GEMM per block, at the cost
+//    behind row m; cols = Bq + front keys cover every row's band with one GEMM per block, at the cost
 //    of Bq - 1 masked columns per row.
 struct Layout {
-  int64_t T, Bq, nblk, Tp, L;
+  int64_t T, Bq, nblk, Tp, cols;
   bool diagonal = false;
   int64_t front = 0;  // blocked: zero keys padded before position 0
 };
@@ -73,30 +74,30 @@ Band raw_band(const AttentionConfig& a, int64_t T) {
       break;
   }
   b.n_win = std::min<int64_t>(b.n_win, T);
-  b.width = std::min<int64_t>(T, std::max<int64_t>(b.n_win, b.tail_stride - 1));
+  b.span = std::min<int64_t>(T, std::max<int64_t>(b.n_win, b.tail_stride - 1));
   return b;
 }
 
-// Bands up to this width are computed diagonally: a few elementwise products beat small batched
+// Bands up to this span are computed diagonally: a few elementwise products beat small batched
 // GEMMs, which libtorch's CPU bmm runs one BLAS call per matrix.
-constexpr int64_t kMaxDiagonalWidth = 2;
+constexpr int64_t kMaxDiagonalSpan = 2;
 
 // Blocked bands: larger blocks mean fewer, bigger GEMMs but more wasted (masked) columns.
-int64_t block_rows(int64_t width) {
-  return std::clamp<int64_t>(width, 16, 64);
+int64_t block_rows(int64_t span) {
+  return std::clamp<int64_t>(span, 16, 64);
 }
 
-Layout make_layout(int64_t T, int64_t width) {
+Layout make_layout(int64_t T, int64_t span) {
   Layout l;
   l.T = T;
-  l.diagonal = width > 0 && width <= kMaxDiagonalWidth;
+  l.diagonal = span > 0 && span <= kMaxDiagonalSpan;
   // No band, a diagonal one, or blocks that would cover most of the sequence: a single block.
-  l.Bq = width == 0 || l.diagonal ? T : block_rows(width);
+  l.Bq = span == 0 || l.diagonal ? T : block_rows(span);
   if (2 * l.Bq >= T) l.Bq = T;
   l.nblk = (T + l.Bq - 1) / l.Bq;
   l.Tp = l.nblk * l.Bq;
-  l.front = l.diagonal || l.nblk == 1 ? 0 : width - 1;  // one block starts at position 0
-  l.L = width == 0 ? 0 : (l.diagonal ? width : l.Bq + l.front);
+  l.front = l.diagonal || l.nblk == 1 ? 0 : span - 1;  // one block starts at position 0
+  l.cols = span == 0 ? 0 : (l.diagonal ? span : l.Bq + l.front);
   return l;
 }
 
@@ -107,15 +108,15 @@ torch::Tensor visible_columns(const AttentionConfig& a, const Band& band, const 
   auto t = torch::arange(lay.Tp, i64).view({lay.nblk, lay.Bq, 1});
   std::vector<torch::Tensor> parts;
   if (E > 0) parts.push_back(torch::arange(E, i64) < (t + 1).div(a.stride, "floor"));
-  if (lay.L > 0) {
+  if (lay.cols > 0) {
     // The offset d behind the row of every band column (see Layout). Keys before position 0 are
     // zero padding (t - d < 0).
-    auto l = torch::arange(lay.L, i64);
-    auto d = lay.diagonal ? l.view({1, 1, lay.L})
+    auto l = torch::arange(lay.cols, i64);
+    auto d = lay.diagonal ? l.view({1, 1, lay.cols})
                           : torch::arange(lay.Bq, i64).view({1, lay.Bq, 1}) + lay.front - l;
     auto rule = d < band.n_win;
     if (band.tail_stride > 0) rule = rule | (d < (t + 1).remainder(band.tail_stride));
-    parts.push_back((d >= 0) & (d < band.width) & (t - d >= 0) & rule);
+    parts.push_back((d >= 0) & (d < band.span) & (t - d >= 0) & rule);
   }
   return parts.size() == 1 ? parts[0] : torch::cat(parts, -1);
 }
@@ -140,12 +141,12 @@ torch::Tensor blocked_queries(const torch::Tensor& q, const Dims& d, const Layou
   return qg.reshape({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, d.hd}).contiguous();
 }
 
-// Blocked band: [B, Hkv, T, hd] -> overlapping blocks [B, Hkv, nblk, L, hd]: block b holds
+// Blocked band: [B, Hkv, T, hd] -> overlapping blocks [B, Hkv, nblk, cols, hd]: block b holds
 // positions b*Bq - front .. b*Bq + Bq - 1, zeros outside [0, T).
 torch::Tensor raw_blocks(const torch::Tensor& x, const Layout& lay) {
-  if (fused_kernels_apply(x)) return sliding_blocks(x, -lay.front, lay.Bq, lay.nblk, lay.L);
+  if (fused_kernels_apply(x)) return sliding_blocks(x, -lay.front, lay.Bq, lay.nblk, lay.cols);
   auto padded = torch::constant_pad_nd(x, {0, 0, lay.front, lay.Tp - lay.T});
-  return padded.unfold(2, lay.L, lay.Bq).transpose(-1, -2);
+  return padded.unfold(2, lay.cols, lay.Bq).transpose(-1, -2);
 }
 
 // Diagonal band: [B, Hkv, T, hd] -> the key at offset d behind each position, [B, Hkv, T, 1, hd]
@@ -156,36 +157,36 @@ torch::Tensor shifted(const torch::Tensor& x, int64_t d) {
   return s.unsqueeze(3);
 }
 
-// Band scores [B, Hkv, nblk, Bq, G, L]; qb is blocked_queries().
+// Band scores [B, Hkv, nblk, Bq, G, cols]; qb is blocked_queries().
 torch::Tensor band_scores(const Dims& d, const Layout& lay, const torch::Tensor& qb,
                           const torch::Tensor& rk) {
   if (!lay.diagonal) {
     auto s = batched_matmul(qb, raw_blocks(rk, lay), true);
-    return s.view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.L});
+    return s.view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.cols});
   }
   auto qv = qb.view({d.B, d.Hkv, d.T, d.G, d.hd});
   if (fused_kernels_apply(qv))
-    return band_diag_scores(qv, rk, lay.L).view({d.B, d.Hkv, 1, d.T, d.G, lay.L});
+    return band_diag_scores(qv, rk, lay.cols).view({d.B, d.Hkv, 1, d.T, d.G, lay.cols});
   std::vector<torch::Tensor> cols;
-  for (int64_t off = 0; off < lay.L; ++off) cols.push_back((qv * shifted(rk, off)).sum(-1));
-  return torch::stack(cols, -1).view({d.B, d.Hkv, 1, d.T, d.G, lay.L});
+  for (int64_t off = 0; off < lay.cols; ++off) cols.push_back((qv * shifted(rk, off)).sum(-1));
+  return torch::stack(cols, -1).view({d.B, d.Hkv, 1, d.T, d.G, lay.cols});
 }
 
-// Band output [B, Hkv, nblk, Bq*G, hd] from the band's probabilities pb [B, Hkv, nblk, Bq, G, L].
+// Band output [B, Hkv, nblk, Bq*G, hd] from the band's probabilities pb [B, Hkv, nblk, Bq, G, cols].
 torch::Tensor band_output(const Dims& d, const Layout& lay, const torch::Tensor& pb,
                           const torch::Tensor& rv) {
   if (!lay.diagonal) {
-    auto p = pb.reshape({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, lay.L});
+    auto p = pb.reshape({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, lay.cols});
     return batched_matmul(p, raw_blocks(rv, lay), false);
   }
   if (fused_kernels_apply(rv)) {
-    auto p = pb.reshape({d.B, d.Hkv, d.T, d.G, lay.L});
-    return band_diag_output(p, rv, lay.L).view({d.B, d.Hkv, 1, d.T * d.G, d.hd});
+    auto p = pb.reshape({d.B, d.Hkv, d.T, d.G, lay.cols});
+    return band_diag_output(p, rv, lay.cols).view({d.B, d.Hkv, 1, d.T * d.G, d.hd});
   }
   // unbind, not select: its backward is one stack instead of a zero-filled tensor per column.
-  auto cols = pb.view({d.B, d.Hkv, d.T, d.G, lay.L}).unbind(-1);
+  auto cols = pb.view({d.B, d.Hkv, d.T, d.G, lay.cols}).unbind(-1);
   torch::Tensor o;
-  for (int64_t off = 0; off < lay.L; ++off) {
+  for (int64_t off = 0; off < lay.cols; ++off) {
     auto term = cols[static_cast<size_t>(off)].unsqueeze(-1) * shifted(rv, off);
     o = o.defined() ? o.add_(term) : term;
   }
@@ -198,29 +199,29 @@ torch::Tensor attend_banded(const AttentionConfig& a, const Dims& d, const Band&
                             const torch::Tensor& ev, const torch::Tensor& rk,
                             const torch::Tensor& rv, const torch::Tensor& sink) {
   const int64_t E = ek.defined() ? ek.size(2) : 0;
-  const int64_t width = rk.defined() ? band.width : 0;
-  if (E == 0 && width == 0) return torch::zeros_like(q);
-  const Layout lay = make_layout(d.T, width);
+  const int64_t span = rk.defined() ? band.span : 0;
+  if (E == 0 && span == 0) return torch::zeros_like(q);
+  const Layout lay = make_layout(d.T, span);
   const auto dtype = softmax_dtype(q);
   auto [bias, sees] = column_bias(visible_columns(a, band, lay, E, q.device()), dtype);
 
   auto qb = blocked_queries(q, d, lay);
-  torch::Tensor se, sb;  // scores: [B, Hkv, Tp*G, E] and [B, Hkv, nblk, Bq, G, L]
+  torch::Tensor se, sb;  // scores: [B, Hkv, Tp*G, E] and [B, Hkv, nblk, Bq, G, cols]
   if (E > 0) se = batched_matmul(qb.view({d.B, d.Hkv, lay.Tp * d.G, d.hd}), ek, true);
-  if (width > 0) sb = band_scores(d, lay, qb, rk);
+  if (span > 0) sb = band_scores(d, lay, qb, rk);
   const int64_t R = d.B * d.Hkv * lay.Tp * d.G;
-  torch::Tensor pe, pb;  // probabilities: [R, E] and [R, L]
+  torch::Tensor pe, pb;  // probabilities: [R, E] and [R, cols]
   if (fused_kernels_apply(q)) {
     // One pass per row in f32 whatever the scores' dtype (model/fused.h): no f32 copies of the
     // scores, no concatenation, no split.
     std::tie(pe, pb) = banded_softmax(E > 0 ? se.reshape({R, E}) : torch::Tensor(),
-                                      width > 0 ? sb.reshape({R, lay.L}) : torch::Tensor(),
+                                      span > 0 ? sb.reshape({R, lay.cols}) : torch::Tensor(),
                                       bias.view({lay.Tp, -1}), sink, d.G, lay.Tp, d.Hkv);
   } else {
     // The same softmax composed from libtorch ops, for other dtypes and devices.
     std::vector<torch::Tensor> parts;
     if (E > 0) parts.push_back(se.reshape({R, E}).to(dtype));
-    if (width > 0) parts.push_back(sb.reshape({R, lay.L}).to(dtype));
+    if (span > 0) parts.push_back(sb.reshape({R, lay.cols}).to(dtype));
     auto rows_bias = bias.view({1, 1, lay.Tp, 1, -1})
                          .expand({d.B, d.Hkv, lay.Tp, d.G, bias.size(-1)})
                          .reshape({R, -1});
@@ -230,7 +231,7 @@ torch::Tensor attend_banded(const AttentionConfig& a, const Dims& d, const Band&
       s = torch::cat({s, col.reshape({R, 1})}, -1);
     }
     // split, not two narrows: split's backward is one cat, each narrow's a zero-filled tensor.
-    std::vector<int64_t> sizes{E, lay.L};
+    std::vector<int64_t> sizes{E, lay.cols};
     if (sink.defined()) sizes.push_back(1);
     auto pieces = torch::softmax(s, -1).split_with_sizes(sizes, -1);
     pe = pieces[0];
@@ -243,8 +244,8 @@ torch::Tensor attend_banded(const AttentionConfig& a, const Dims& d, const Band&
     auto p = pe.to(vtype).view({d.B, d.Hkv, lay.Tp * d.G, E});
     out = batched_matmul(p, ev, false).view({d.B, d.Hkv, lay.nblk, lay.Bq * d.G, d.hd});
   }
-  if (width > 0) {
-    auto p = pb.to(vtype).view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.L});
+  if (span > 0) {
+    auto p = pb.to(vtype).view({d.B, d.Hkv, lay.nblk, lay.Bq, d.G, lay.cols});
     auto o = band_output(d, lay, p, rv);
     out = out.defined() ? out.add_(o) : o;
   }

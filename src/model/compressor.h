@@ -2,8 +2,8 @@
 //
 // Work is split in two so that the full-sequence forward and the streaming session run the SAME
 // arithmetic: `project` runs once per token (payloads and gate scores), `pool` turns the projected
-// tokens of complete windows into finished entries (softmax over slots, weighted sum, entry norm,
-// RoPE at the entry's position). Streaming keeps projected tokens of the partial window between
+// tokens of complete entries into finished entries (softmax over slots, weighted sum, entry norm,
+// RoPE at the entry's position). Streaming keeps projected tokens of the partial entry between
 // calls.
 #pragma once
 #include <torch/torch.h>

@@ -1,5 +1,5 @@
 // The streaming cache of one attention layer: raw keys/values of the tokens still visible raw,
-// the compressed entries emitted so far, and the compressor's partial window (projected tokens
+// the compressed entries emitted so far, and the compressor's partial entry (projected tokens
 // not yet pooled into every entry they belong to; with W > S a token feeds ceil(W/S) entries).
 //
 // Every part lives in a SeqBuffer (model/seq_buffer.h), written in place: a decode step copies
@@ -50,7 +50,7 @@ struct LayerCache {
   int64_t pending_bytes() const { return pending.used_bytes(); }
   int64_t bytes() const { return raw_bytes() + entry_bytes() + pending_bytes(); }
   // Bytes allocated, by part: the used bytes plus spare capacity (up to 2x with doubling, a few
-  // windows for the sliding raw window), and the decode scratch.
+  // n_win blocks for the sliding raw window), and the decode scratch.
   int64_t raw_reserved_bytes() const { return raw_k.reserved_bytes() + raw_v.reserved_bytes(); }
   int64_t entry_reserved_bytes() const { return ent_k.reserved_bytes() + ent_v.reserved_bytes(); }
   int64_t pending_reserved_bytes() const { return pending.reserved_bytes(); }

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "model/decoder.h"
 #include "perf/bench_suite.h"
 #include "perf/flops.h"

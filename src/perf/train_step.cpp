@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "io/safetensors.h"
 #include "model/decoder.h"
 #include "perf/flops.h"

@@ -56,7 +56,7 @@ LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, in
   if (a.kind != AttentionKind::kChunked || T == 0) return b;
   const int64_t S = a.stride, W = a.width, complete = T / S;
   b.entries = complete * token_bytes;
-  // Partial window: projected tokens from the next entry's first slot on, each holding one
+  // Partial entry: projected tokens from the next entry's first slot on, each holding one
   // payload pair per lane plus its gate scores for every slot.
   const int64_t pending = T - std::max<int64_t>(0, complete * S + S - W);
   int64_t per_token = a.lanes() * token_bytes;

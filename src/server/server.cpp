@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "server/server_engine.h"
 #include "server/server_requests.h"
 #include "util/error.h"

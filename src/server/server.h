@@ -31,7 +31,7 @@
 #include "backend/local_backend.h"
 #include "io/tokenizer.h"
 #include "server/server_requests.h"
-#include "train/tasks.h"
+#include "task/tasks.h"
 
 namespace httplib {
 class Server;

@@ -4,7 +4,7 @@
 
 #include <random>
 
-#include "train/tasks.h"
+#include "task/tasks.h"
 
 namespace phasekv {
 

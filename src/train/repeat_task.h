@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "train/tasks.h"
+#include "task/tasks.h"
 
 namespace phasekv {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "config/model_config.h"
-#include "train/tasks.h"
+#include "task/tasks.h"
 
 namespace phasekv {
 

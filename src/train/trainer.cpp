@@ -9,7 +9,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
 #include "model/precision.h"

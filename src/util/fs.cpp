@@ -43,3 +43,16 @@ std::string read_file(const std::string& path) {
 }
 
 }  // namespace phasekv
+
+namespace phasekv {
+
+nlohmann::json read_json_file(const std::string& path) {
+  const std::string text = read_file(path);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(path + ": not valid JSON (" + e.what() + ")");
+  }
+}
+
+}  // namespace phasekv

@@ -1,13 +1,16 @@
-#include "train/tasks.h"
+#include "task/tasks.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "util/error.h"
+#include "util/json_read.h"
+#include "util/rng.h"
 
 namespace phasekv {
 namespace {
@@ -21,31 +24,7 @@ constexpr uint64_t kTrainingSeed = 0x747261696e696e67ULL;  // "training": apart 
 constexpr uint64_t kPadBeforeStream = 1, kPadAfterStream = 2;
 
 // ---------------------------------------------------------------------------------------------
-// Random draws. std::uniform_int_distribution and std::shuffle differ between standard libraries;
-// these do not, so (seed, example_id) names the same example everywhere.
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-// Uniform in [0, n), n >= 1: rejection keeps it unbiased.
-int draw_below(std::mt19937_64& rng, int n) {
-  const uint64_t range = static_cast<uint64_t>(n);
-  const uint64_t max = std::numeric_limits<uint64_t>::max();
-  const uint64_t limit = max - max % range;  // a multiple of range
-  uint64_t x = rng();
-  while (x >= limit) x = rng();
-  return static_cast<int>(x % range);
-}
-
-template <typename T>
-void shuffle_in_place(std::vector<T>& v, std::mt19937_64& rng) {
-  for (size_t i = v.size(); i > 1; --i)
-    std::swap(v[i - 1], v[draw_below(rng, static_cast<int>(i))]);
-}
+// Random draws (util/rng.h), so (seed, example_id) names the same example everywhere.
 
 // n distinct draws from [0, range), in draw order; rejection stays cheap because n <= range.
 std::vector<int> draw_distinct(std::mt19937_64& rng, int n, int range) {
@@ -83,80 +62,17 @@ int min_sequence_len(const TaskConfig& c) {
 // ---------------------------------------------------------------------------------------------
 // Config parsing. Type checks here; every range check lives in validate().
 
-const std::vector<std::string> kTaskKeys = {"name",          "n_keys",      "n_values",
+const std::set<std::string> kTaskKeys = {"name",          "n_keys",      "n_values",
                                             "n_filler",      "n_records",   "distinct_values",
                                             "record_format", "context_len", "min_context_len",
                                             "n_queries",     "target_depth"};
 
-std::string join(const std::vector<std::string>& items, const std::string& sep) {
-  std::string out;
-  for (const auto& s : items) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
-
-void check_keys(const json& j, const std::string& where) {
-  if (!j.is_object()) throw Error(where + ": expected a JSON object for the task");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (std::find(kTaskKeys.begin(), kTaskKeys.end(), it.key()) == kTaskKeys.end())
-      throw Error(where + ": unknown key '" + it.key() + "' (allowed: " + join(kTaskKeys, ", ") +
-                  ")");
-  }
-}
-
-[[noreturn]] void wrong_type(const std::string& where, const char* key, const json& v,
-                             const std::string& allowed) {
-  throw Error(where + ": key '" + key + "' has value " + v.dump() + " (allowed: " + allowed + ")");
-}
-
-void read_int(const json& j, const char* key, int& out, const std::string& where) {
-  if (!j.contains(key)) return;
-  const json& v = j.at(key);
-  const bool fits = v.is_number_integer() && v.get<int64_t>() >= std::numeric_limits<int>::min() &&
-                    v.get<int64_t>() <= std::numeric_limits<int>::max();
-  if (!fits) wrong_type(where, key, v, "an integer");
-  out = v.get<int>();
-}
-
-void read_bool(const json& j, const char* key, bool& out, const std::string& where) {
-  if (!j.contains(key)) return;
-  if (!j.at(key).is_boolean()) wrong_type(where, key, j.at(key), "true|false");
-  out = j.at(key).get<bool>();
-}
-
-void read_number(const json& j, const char* key, double& out, const std::string& where) {
-  if (!j.contains(key)) return;
-  if (!j.at(key).is_number()) wrong_type(where, key, j.at(key), "a number");
-  out = j.at(key).get<double>();
-}
-
-template <typename E>
-void read_choice(const json& j, const char* key, E& out,
-                 const std::vector<std::pair<std::string, E>>& table, const std::string& where) {
-  if (!j.contains(key)) return;
-  std::vector<std::string> names;
-  for (const auto& [name, value] : table) {
-    if (j.at(key).is_string() && j.at(key).get<std::string>() == name) {
-      out = value;
-      return;
-    }
-    names.push_back(name);
-  }
-  wrong_type(where, key, j.at(key), join(names, "|"));
-}
-
-const std::vector<std::pair<std::string, TaskKind>> kKinds = {{"kv", TaskKind::kKv},
+const json_read::Choices<TaskKind> kKinds = {{"kv", TaskKind::kKv},
                                                               {"passkey", TaskKind::kPasskey}};
-const std::vector<std::pair<std::string, RecordFormat>> kFormats = {
+const json_read::Choices<RecordFormat> kFormats = {
     {"kv", RecordFormat::kKv}, {"kv_sep", RecordFormat::kKvSep}};
-const std::vector<std::pair<std::string, PaddingMode>> kPaddings = {
+const json_read::Choices<PaddingMode> kPaddings = {
     {"prefix", PaddingMode::kPrefix}, {"in_sequence", PaddingMode::kInSequence}};
-
-template <typename E>
-std::string name_of(E e, const std::vector<std::pair<std::string, E>>& table) {
-  for (const auto& [name, value] : table)
-    if (value == e) return name;
-  return "?";
-}
 
 void require_range(const std::string& where, const char* key, int v, int lo, int hi,
                    const std::string& why = "") {
@@ -268,7 +184,7 @@ LogicalExample build_logical(const TaskConfig& c, int context_len, std::mt19937_
 
 LogicalExample make_logical(const TaskConfig& c, uint64_t seed, uint64_t id, int context_len) {
   validate(c, "task config");
-  const uint64_t base = splitmix64(seed ^ splitmix64(id));
+  const uint64_t base = seed_for(seed, id);
   std::mt19937_64 rng(base);
   LogicalExample lg = build_logical(c, context_len, rng);
   lg.seed = seed;
@@ -283,7 +199,7 @@ LogicalExample make_logical(const TaskConfig& c, uint64_t seed, uint64_t id, int
 // The first `count` tokens of one padding stream: a phase needing fewer tokens takes a prefix of
 // what another phase takes, so phases of one example differ in padding only by count.
 std::vector<int32_t> padding_fillers(const LogicalExample& lg, uint64_t stream, int count) {
-  std::mt19937_64 rng(splitmix64(lg.padding_seed ^ splitmix64(stream)));
+  Rng rng(seed_for(lg.padding_seed, stream));
   return draw_fillers(lg.vocab, rng, count);
 }
 
@@ -451,7 +367,7 @@ int32_t TaskVocab::token_id(const std::string& name) const {
     const int i = parse_indexed(name, r.prefix);
     if (i >= 0 && i < r.count) return r.first + i;
   }
-  throw Error("unknown token name '" + name + "' (allowed: " + join(kSpecialNames, ", ") +
+  throw Error("unknown token name '" + name + "' (allowed: " + json_read::join(kSpecialNames) +
               ", k0..k" + std::to_string(n_keys - 1) + ", v0..v" + std::to_string(n_values - 1) +
               ", f0..f" + std::to_string(n_filler - 1) + ")");
 }
@@ -466,35 +382,37 @@ std::vector<std::string> TaskVocab::token_names() const {
 // Config.
 
 std::string to_string(TaskKind k) {
-  return name_of(k, kKinds);
+  return json_read::choice_name(k, kKinds);
 }
 std::string to_string(RecordFormat f) {
-  return name_of(f, kFormats);
+  return json_read::choice_name(f, kFormats);
 }
 std::string to_string(PaddingMode m) {
-  return name_of(m, kPaddings);
+  return json_read::choice_name(m, kPaddings);
 }
 
 PaddingMode padding_mode_from_string(const std::string& s, const std::string& where) {
+  // Outputs spell it in_sequence; command lines may say in-sequence.
+  const std::string name = s == "in-sequence" ? "in_sequence" : s;
   PaddingMode m = PaddingMode::kPrefix;
-  read_choice(json{{"padding", s}}, "padding", m, kPaddings, where);
+  json_read::read_choice(json{{"padding", name}}, "padding", m, kPaddings, where);
   return m;
 }
 
 TaskConfig task_config_from_json(const json& j, const std::string& where) {
-  check_keys(j, where);
+  json_read::check_keys(j, kTaskKeys, where);
   TaskConfig c;
-  read_choice(j, "name", c.kind, kKinds, where);
-  read_int(j, "n_keys", c.n_keys, where);
-  read_int(j, "n_values", c.n_values, where);
-  read_int(j, "n_filler", c.n_filler, where);
-  read_int(j, "n_records", c.n_records, where);
-  read_bool(j, "distinct_values", c.distinct_values, where);
-  read_choice(j, "record_format", c.record_format, kFormats, where);
-  read_int(j, "context_len", c.context_len, where);
-  read_int(j, "min_context_len", c.min_context_len, where);
-  read_int(j, "n_queries", c.n_queries, where);
-  read_number(j, "target_depth", c.target_depth, where);
+  json_read::read_choice(j, "name", c.kind, kKinds, where);
+  json_read::read(j, "n_keys", c.n_keys, where);
+  json_read::read(j, "n_values", c.n_values, where);
+  json_read::read(j, "n_filler", c.n_filler, where);
+  json_read::read(j, "n_records", c.n_records, where);
+  json_read::read(j, "distinct_values", c.distinct_values, where);
+  json_read::read_choice(j, "record_format", c.record_format, kFormats, where);
+  json_read::read(j, "context_len", c.context_len, where);
+  json_read::read(j, "min_context_len", c.min_context_len, where);
+  json_read::read(j, "n_queries", c.n_queries, where);
+  json_read::read(j, "target_depth", c.target_depth, where);
   validate(c, where);
   return c;
 }

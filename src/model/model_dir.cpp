@@ -1,4 +1,4 @@
-#include "io/model_dir.h"
+#include "model/model_dir.h"
 
 #include <filesystem>
 #include <set>

@@ -122,6 +122,7 @@ void validate(const TaskConfig& c, const std::string& where);
 std::string to_string(TaskKind k);
 std::string to_string(RecordFormat f);
 std::string to_string(PaddingMode m);  // "prefix" | "in_sequence"
+// "prefix" | "in_sequence" ("in-sequence" is accepted too); throws naming `where` and the choices.
 PaddingMode padding_mode_from_string(const std::string& s, const std::string& where);
 
 // Deterministic in (c, seed, example_id) on every platform (no std:: distributions).

@@ -1,0 +1,87 @@
+#include "eval/text_audit.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "util/error.h"
+
+namespace phasekv {
+
+TextAuditMode::TextAuditMode(TextKvTask& task, EvalRecord identity, TextAuditOptions options)
+    : task_(task), identity_(std::move(identity)), o_(options) {}
+
+std::vector<EvalItem> TextAuditMode::items() const {
+  std::vector<EvalItem> out;
+  for (int64_t e = 0; e < o_.examples; ++e)
+    for (int r = 0; r < o_.modulus; ++r) out.push_back({"", e, r});
+  return out;
+}
+
+// Whole examples per batch when nothing was resumed (their pieces are tokenized once), and at
+// least 4 requests per connection so that one slow request does not idle the others for long.
+size_t TextAuditMode::batch_size() const {
+  const size_t per_example = static_cast<size_t>(o_.modulus);
+  const size_t want = 4 * static_cast<size_t>(std::max(1, o_.concurrency));
+  return per_example * std::max<size_t>(1, (want + per_example - 1) / per_example);
+}
+
+std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
+                                                const std::vector<EvalItem>& batch) {
+  std::vector<std::pair<int64_t, int>> pairs;
+  for (const auto& it : batch) pairs.push_back({it.example_id, it.phase});
+  const std::vector<TextItem> items = task_.build(pairs);
+  const std::vector<TextCheck> checks = task_.verify(items);
+
+  std::vector<ScoreResult> scored;
+  std::vector<Generation> generated;
+  if (o_.generate) {
+    std::vector<std::vector<int32_t>> contexts;
+    size_t longest = 1;
+    for (const auto& it : items) {
+      contexts.push_back(it.tokens);
+      longest = std::max(longest, it.answer.size());
+    }
+    generated = backend.generate_many(contexts, static_cast<int>(longest));
+    for (size_t i = 0; i < generated.size(); ++i)
+      if (generated[i].tokens.size() > items[i].answer.size())
+        generated[i].tokens.resize(items[i].answer.size());
+  } else {
+    std::vector<ScoreRequest> requests;
+    for (const auto& it : items) requests.push_back({it.tokens, it.target});
+    scored = backend.score(requests);
+  }
+  if ((o_.generate ? generated.size() : scored.size()) != items.size())
+    throw Error("backend " + identity_.model + " returned a wrong number of results");
+
+  std::vector<EvalRecord> out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const TextItem& it = items[i];
+    EvalRecord r = identity_;
+    r.example_id = it.example_id;
+    r.phase = it.phase;
+    r.key_pos = it.key_pos;
+    r.value_pos = it.value_pos;
+    r.query_pos = it.query_pos;
+    r.target = it.target;
+    if (o_.generate) {
+      const Generation& g = generated[i];
+      r.error = g.error;
+      r.prediction = g.tokens.empty() ? -1 : g.tokens.front();
+      r.correct = r.ok() && g.tokens == it.answer;  // exact match of the value
+    } else {
+      const ScoreResult& s = scored[i];
+      r.error = s.error;
+      r.prediction = s.argmax;
+      r.correct = r.ok() && s.argmax == it.target;
+      r.censored = s.censored;
+      if (!s.censored && std::isfinite(s.target_logprob)) r.target_logprob = s.target_logprob;
+    }
+    r.extra = {{"retokenizes_identically", checks[i].identical},
+               {"measured_key_pos", checks[i].measured_key_pos},
+               {"position_ok", checks[i].position_ok()}};
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace phasekv

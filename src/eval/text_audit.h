@@ -1,0 +1,39 @@
+// The text-rendered key-value audit as an evaluation mode of the runner (eval/runner.h): for
+// served models with real tokenizers, prompts built by TextKvTask (backend/http_text_task.h) are
+// scored by log-probability or greedy generation. Each record also says whether the prompt's text
+// re-tokenizes to the same ids and where the key lands when it does not (docs/AUDIT.md).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/http_text_task.h"
+#include "eval/runner.h"
+
+namespace phasekv {
+
+struct TextAuditOptions {
+  int examples = 50;
+  int modulus = 24;
+  bool generate = false;  // exact match of greedy generation instead of top-1 of the logprobs
+  int concurrency = 8;    // the backend's requests in flight: batches keep them busy
+};
+
+class TextAuditMode : public EvalMode {
+ public:
+  // `identity`: model, task ("text-kv"), seed, modulus and padding of the run.
+  TextAuditMode(TextKvTask& task, EvalRecord identity, TextAuditOptions options);
+
+  EvalRecord identity() const override { return identity_; }
+  std::vector<EvalItem> items() const override;
+  size_t batch_size() const override;
+  std::vector<EvalRecord> evaluate(Backend& backend, const std::vector<EvalItem>& batch) override;
+
+
+ private:
+  TextKvTask& task_;
+  EvalRecord identity_;
+  TextAuditOptions o_;
+};
+
+}  // namespace phasekv
