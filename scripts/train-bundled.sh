@@ -2,7 +2,7 @@
 # Retrains the two bundled models in models/ from their configs in configs/train/:
 #   models/kv-chunked  chunked attention (S = W = 4, scalar gates, 1 KV head, raw window 1 token)
 #   models/kv-full     its full-attention control (same size, task, optimiser, steps and seed)
-# The two runs go side by side, one thread each (docs/FINDINGS.md has the measured wall time).
+# The two runs go side by side, one thread each (docs/PERFORMANCE.md has the training speed).
 # Training logs stay in runs/train-<name>/ (train_log.jsonl, train.json); models/<name>/ gets what
 # serving and sweeping need.
 set -euo pipefail
