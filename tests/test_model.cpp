@@ -150,7 +150,7 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
     torch::NoGradGuard g;
     auto x = torch::randn({1, 20, cfg.d_model});
     auto k_lin = attn->wk(x), v_lin = attn->wv(x);
-    auto tokens = attn->comp->project(x, k_lin, v_lin);
+    auto tokens = attn->comp->project(x, k_lin, v_lin, 0);
     auto [K, V] = attn->comp->pool(tokens, 0, 0, 5);
     for (int64_t j : {0, 1, 4}) {
       int64_t lo = std::max<int64_t>(0, j * 4 + 4 - W), hi = j * 4 + 4;
@@ -166,13 +166,80 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
       for (int64_t p = 0; p < 20; ++p) {
         auto x2 = x.clone();
         x2[0][p] += 1.0;
-        auto t2 = attn->comp->project(x2, attn->wk(x2), attn->wv(x2));
+        auto t2 = attn->comp->project(x2, attn->wk(x2), attn->wv(x2), 0);
         auto K2 = attn->comp->pool(t2, 0, 0, 5).first;
         bool changed = max_abs_diff(K2[0].select(1, j), K[0].select(1, j)) > 1e-6;
         EXPECT_EQ(changed, p >= lo && p < hi) << "W=" << W << " j=" << j << " p=" << p;
       }
     }
   }
+}
+
+// The study's kernel: slot i's token enters entry j as C_i x (payload = per_slot). With mean
+// pooling, no entry norm and no RoPE, entry j is exactly the mean over its slots of C_i x_i, for
+// W = S and for two lanes (W = 2S), in the full forward and from a later tok0 (streaming).
+TEST(Model, PerSlotPayloadsUseEachSlotsOwnMap) {
+  for (int64_t W : {4, 8}) {
+    AttentionConfig a;
+    a.kind = AttentionKind::kChunked;
+    a.stride = 4;
+    a.width = static_cast<int>(W);
+    a.gate = GateKind::kMean;
+    a.payload = PayloadKind::kPerSlot;
+    a.entry_norm = false;
+    a.entry_rope = EntryRope::kNone;
+    auto cfg = tiny_config(a);
+    cfg.qkv_bias = true;
+    auto m = make_model(cfg, 5);
+    auto& comp = m->blocks[0]->attn->comp;
+    torch::NoGradGuard g;
+    auto x = torch::randn({1, 20, cfg.d_model});
+    auto unused = torch::Tensor();
+    auto [K, V] = comp->pool(comp->project(x, unused, unused, 0), 0, 0, 5);
+    for (int64_t j = 0; j < 5; ++j) {
+      auto k_sum = torch::zeros({16}), v_sum = torch::zeros({16});
+      int64_t n = 0;
+      for (int64_t i = 0; i < W; ++i) {
+        const int64_t p = j * 4 + 4 - W + i;
+        if (p < 0) continue;
+        k_sum += torch::mv(comp->payload_k[i], x[0][p]) + comp->bias_payload_k[i];
+        v_sum += torch::mv(comp->payload_v[i], x[0][p]) + comp->bias_payload_v[i];
+        ++n;
+      }
+      EXPECT_LT(max_abs_diff(K[0].select(1, j), (k_sum / n).view({2, 8})), 1e-5) << W << " " << j;
+      EXPECT_LT(max_abs_diff(V[0].select(1, j), (v_sum / n).view({2, 8})), 1e-5) << W << " " << j;
+    }
+    // The tokens from entry 3's first slot on, projected on their own (as streaming does, with
+    // their absolute tok0), pool entries 3 and 4 the same way.
+    const int64_t t0 = 3 * 4 + 4 - W;
+    auto late = comp->pool(comp->project(x.narrow(1, t0, 20 - t0), unused, unused, t0), t0, 3, 5);
+    EXPECT_LT(max_abs_diff(late.first, K.narrow(2, 3, 2)), 1e-6) << W;
+    EXPECT_LT(max_abs_diff(late.second, V.narrow(2, 3, 2)), 1e-6) << W;
+  }
+}
+
+// The study's tied K/V: an entry's value is its normalised, rotated key, and there is no value
+// branch to train.
+TEST(Model, TiedKvEntriesUseTheKeyAsValue) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 8;
+  a.tied_kv = true;
+  a.payload = PayloadKind::kPerSlot;
+  a.payload_norm = true;
+  auto m = make_model(tiny_config(a), 6);
+  auto& comp = m->blocks[0]->attn->comp;
+  EXPECT_FALSE(comp->payload_v.defined());
+  EXPECT_FALSE(comp->gate_v.defined());
+  EXPECT_FALSE(comp->v_payload_norm);
+  torch::NoGradGuard g;
+  auto x = torch::randn({2, 16, 32});
+  auto unused = torch::Tensor();
+  auto [K, V] = comp->pool(comp->project(x, unused, unused, 0), 0, 0, 4);
+  EXPECT_EQ(max_abs_diff(K, V), 0.0);
+  // Entry keys are normed: RMS 1 per head before RoPE, which RoPE preserves.
+  EXPECT_NEAR(K.pow(2).mean(-1).mean().item<double>(), 1.0, 1e-3);
 }
 
 }  // namespace

@@ -231,6 +231,38 @@ inline std::vector<Variant> all_variants() {
     add("chunked_W9S3_3lanes", a, 4);
   }
   {
+    // The study's default kernel: a payload map C_i per slot (scalar gates, own value branch).
+    auto a = c;
+    a.payload = PayloadKind::kPerSlot;
+    add("chunked_per_slot", a);
+    auto cfg = tiny_config(a);
+    cfg.qkv_bias = true;
+    v.push_back({"chunked_per_slot_qkv_bias", cfg});
+  }
+  {
+    // Per-slot maps over two lanes, with the study's post-norm.
+    auto a = c;
+    a.width = 8;
+    a.payload = PayloadKind::kPerSlot;
+    a.payload_norm = true;
+    add("chunked_per_slot_W8_post_norm", a);
+  }
+  {
+    // The DeepSeek-style kernel of the study: W8/S4, vector gates, tied K/V, partial RoPE.
+    auto a = c;
+    a.width = 8;
+    a.gate = GateKind::kVector;
+    a.tied_kv = true;
+    auto cfg = tiny_config(a, 1);
+    cfg.rope_dims = 4;
+    v.push_back({"deepseek_style_W8S4_vector_tied_kv", cfg});
+    a.gate = GateKind::kScalar;  // its scalar-gate twin, per-slot
+    a.payload = PayloadKind::kPerSlot;
+    auto twin = tiny_config(a, 1);
+    twin.rope_dims = 4;
+    v.push_back({"deepseek_style_scalar_twin_per_slot", twin});
+  }
+  {
     auto a = c;
     auto cfg = tiny_config(a);
     cfg.layers[0] = AttentionConfig{};  // hybrid: full then chunked

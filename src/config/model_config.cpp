@@ -17,7 +17,8 @@ const std::set<std::string> kModelKeys = {
     "tie_embeddings", "norm_eps", "max_context", "attention", "layers"};
 const std::set<std::string> kAttentionKeys = {
     "kind",       "stride",     "width", "gate", "gate_bias",        "tied_kv_gates",
-    "entry_norm", "entry_rope", "n_win", "sink", "uncompressed_tail"};
+    "entry_norm", "entry_rope", "n_win", "sink", "uncompressed_tail", "payload", "tied_kv",
+    "payload_norm"};
 
 using json_read::check_keys;
 using json_read::read;
@@ -28,6 +29,8 @@ const json_read::Choices<AttentionKind> kKinds = {
     {"chunked", AttentionKind::kChunked}};
 const json_read::Choices<GateKind> kGates = {
     {"scalar", GateKind::kScalar}, {"vector", GateKind::kVector}, {"mean", GateKind::kMean}};
+const json_read::Choices<PayloadKind> kPayloads = {{"shared", PayloadKind::kShared},
+                                                  {"per_slot", PayloadKind::kPerSlot}};
 const json_read::Choices<EntryRope> kEntryRopes = {{"start", EntryRope::kStart},
                                                                     {"prev", EntryRope::kPrev},
                                                                     {"last", EntryRope::kLast},
@@ -46,11 +49,14 @@ AttentionConfig attention_from_json(const json& j, AttentionConfig a, const std:
   read(j, "n_win", a.n_win, where);
   read(j, "sink", a.sink, where);
   read(j, "uncompressed_tail", a.uncompressed_tail, where);
+  json_read::read_choice(j, "payload", a.payload, kPayloads, where);
+  read(j, "tied_kv", a.tied_kv, where);
+  read(j, "payload_norm", a.payload_norm, where);
   return a;
 }
 
 json attention_to_json(const AttentionConfig& a) {
-  return {{"kind", to_string(a.kind)},
+  json j = {{"kind", to_string(a.kind)},
           {"stride", a.stride},
           {"width", a.width},
           {"gate", to_string(a.gate)},
@@ -61,6 +67,12 @@ json attention_to_json(const AttentionConfig& a) {
           {"n_win", a.n_win},
           {"sink", a.sink},
           {"uncompressed_tail", a.uncompressed_tail}};
+  // Written only when not the default, so that the config (and config_hash) of every model made
+  // before these options existed stays the same.
+  if (a.payload != PayloadKind::kShared) j["payload"] = to_string(a.payload);
+  if (a.tied_kv) j["tied_kv"] = true;
+  if (a.payload_norm) j["payload_norm"] = true;
+  return j;
 }
 
 }  // namespace
@@ -70,6 +82,9 @@ std::string to_string(AttentionKind k) {
 }
 std::string to_string(GateKind g) {
   return json_read::choice_name(g, kGates);
+}
+std::string to_string(PayloadKind p) {
+  return json_read::choice_name(p, kPayloads);
 }
 std::string to_string(EntryRope e) {
   return json_read::choice_name(e, kEntryRopes);
@@ -92,7 +107,10 @@ std::string describe(const AttentionConfig& a) {
   }
   std::string s = "chunked S=" + std::to_string(a.stride) + " W=" + std::to_string(a.width) +
                   " gate=" + to_string(a.gate) + (a.gate_bias ? "" : " no-bias") +
-                  (a.tied_kv_gates ? " tied-kv" : "") + (a.entry_norm ? " entry-norm" : "") +
+                  (a.tied_kv_gates ? " tied-gates" : "") +
+                  (a.payload == PayloadKind::kPerSlot ? " per-slot" : "") +
+                  (a.tied_kv ? " tied-kv" : "") + (a.payload_norm ? " payload-norm" : "") +
+                  (a.entry_norm ? " entry-norm" : "") +
                   " entry_rope=" + to_string(a.entry_rope) + " n_win=" + std::to_string(a.n_win);
   if (a.sink) s += " sink";
   if (a.uncompressed_tail) s += " tail";
@@ -136,6 +154,8 @@ void validate(const ModelConfig& c, const std::string& where) {
     if (a.width < a.stride)
       throw Error(w + ": 'width' (" + std::to_string(a.width) + ") must be >= stride (" +
                   std::to_string(a.stride) + ")");
+    if (a.tied_kv && a.tied_kv_gates)
+      throw Error(w + ": 'tied_kv' has no value branch, so 'tied_kv_gates' cannot apply (set one)");
     if (a.tied_kv_gates && a.gate == GateKind::kMean)
       throw Error(w + ": 'tied_kv_gates' needs a learned gate (scalar|vector), not mean");
   }

@@ -16,6 +16,10 @@ enum class GateKind { kScalar, kVector, kMean };
 // reproduction), last = S*j + S - 1 (the token that completes the entry), none = no RoPE on
 // entries.
 enum class EntryRope { kStart, kPrev, kLast, kNone };
+// What a slot's token contributes to its entry (its payload): shared = one map per lane (lane 0
+// is the raw key/value projection wk/wv, as in DeepSeek-V4); per_slot = every slot i has its own
+// map C_i (the study's default kernel), so an entry knows which slot a token sat in.
+enum class PayloadKind { kShared, kPerSlot };
 
 struct AttentionConfig {
   AttentionKind kind = AttentionKind::kFull;
@@ -23,7 +27,11 @@ struct AttentionConfig {
   int width = 4;   // W >= S: entry j pools tokens [jS+S-W, jS+S)
   GateKind gate = GateKind::kScalar;
   bool gate_bias = true;  // per-slot learned bias added to the gate score
-  bool tied_kv_gates = false;
+  bool tied_kv_gates = false;  // the value branch reuses the key branch's gate scores
+  PayloadKind payload = PayloadKind::kShared;
+  // The study's tied K/V: an entry's value IS its key (normalised and rotated); no value branch.
+  bool tied_kv = false;
+  bool payload_norm = false;  // RMSNorm of every slot payload before pooling (the study's post-norm)
   bool entry_norm = true;  // RMSNorm of each key entry (own weight)
   EntryRope entry_rope = EntryRope::kStart;
   int n_win = 0;      // raw sliding window: the last n_win tokens, the query included
@@ -66,6 +74,7 @@ void validate(const ModelConfig& c, const std::string& where);
 std::string to_string(AttentionKind k);
 std::string to_string(GateKind g);
 std::string to_string(EntryRope e);
+std::string to_string(PayloadKind p);
 // One line per layer, e.g. "chunked S=4 W=4 gate=scalar n_win=1".
 std::string describe(const AttentionConfig& a);
 

@@ -114,7 +114,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   auto p = project(x, pos);
   torch::Tensor ek, ev;
   if (comp) {
-    auto tokens = comp->project(x, p.k_lin, p.v_lin);
+    auto tokens = comp->project(x, p.k_lin, p.v_lin, 0);
     std::tie(ek, ev) = comp->pool(tokens, 0, 0, T / cfg.stride);
   }
   torch::Tensor rk = uses_raw() ? p.k : torch::Tensor(), rv = uses_raw() ? p.v : torch::Tensor();
@@ -150,7 +150,7 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& 
 void AttentionImpl::extend_entries(const torch::Tensor& x, const Projected& p, LayerCache& c,
                                    int64_t t_end) {
   if (c.pending.length() == 0) c.pending_start = c.n_tokens;
-  c.pending.append(comp->project(x, p.k_lin, p.v_lin));
+  c.pending.append(comp->project(x, p.k_lin, p.v_lin, c.n_tokens));
   const int64_t done = c.n_entries(), complete = t_end / cfg.stride;
   if (complete > done) {
     auto [k, v] = comp->pool(c.pending.tokens(), c.pending_start, done, complete);

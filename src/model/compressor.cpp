@@ -19,11 +19,22 @@ CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& 
       rope(model.head_dim, attn.entry_rope == EntryRope::kNone ? 0 : model.rotary_dims(),
            model.rope_theta) {
   const int64_t D = model.d_model, W = cfg.width, L = cfg.lanes(), kv = n_kv * head_dim;
-  for (int64_t l = 1; l < L; ++l) {
+  if (cfg.payload == PayloadKind::kPerSlot) {
+    // The study's kernel: slot i's token enters the entry as C_i x (+ b_i with qkv_bias).
+    payload_k = register_parameter("payload_k", torch::randn({W, kv, D}) * 0.02);
+    if (model.qkv_bias) bias_payload_k = register_parameter("bias_payload_k", torch::zeros({W, kv}));
+    if (!cfg.tied_kv) {
+      payload_v = register_parameter("payload_v", torch::randn({W, kv, D}) * 0.02);
+      if (model.qkv_bias)
+        bias_payload_v = register_parameter("bias_payload_v", torch::zeros({W, kv}));
+    }
+  }
+  for (int64_t l = 1; l < L && cfg.payload == PayloadKind::kShared; ++l) {
     // Lanes >= 1 are projections like lane 0's wk/wv, so they carry a bias when those do.
     const std::string lane = "lane" + std::to_string(l);
     lane_wk.push_back(register_module(lane + "_wk", make_linear(D, kv, model.qkv_bias)));
-    lane_wv.push_back(register_module(lane + "_wv", make_linear(D, kv, model.qkv_bias)));
+    if (!cfg.tied_kv)
+      lane_wv.push_back(register_module(lane + "_wv", make_linear(D, kv, model.qkv_bias)));
   }
   lane_of_slot = (W - 1 - torch::arange(W, torch::kInt64)).div(cfg.stride, "floor");
   auto make_gate = [&](const std::string& suffix) {
@@ -40,7 +51,7 @@ CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& 
   };
   if (cfg.gate != GateKind::kMean) {
     make_gate("k");
-    if (!cfg.tied_kv_gates) {
+    if (!cfg.tied_kv_gates && !cfg.tied_kv) {
       auto gk = gate_k, bk = bias_k;
       make_gate("v");
       gate_v = gate_k, bias_v = bias_k;
@@ -49,6 +60,13 @@ CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& 
   }
   if (cfg.entry_norm)
     k_norm = register_module("k_norm", std::make_shared<RMSNormImpl>(head_dim, model.norm_eps));
+  if (cfg.payload_norm) {
+    k_payload_norm = register_module("k_payload_norm",
+                                     std::make_shared<RMSNormImpl>(head_dim, model.norm_eps));
+    if (!cfg.tied_kv)
+      v_payload_norm = register_module("v_payload_norm",
+                                       std::make_shared<RMSNormImpl>(head_dim, model.norm_eps));
+  }
 }
 
 int64_t CompressorImpl::entry_position(int64_t j) const {
@@ -80,20 +98,40 @@ torch::Tensor CompressorImpl::gate_scores(const torch::Tensor& x, const torch::T
   return bias.defined() ? s + bias.to(s.scalar_type()) : s;
 }
 
+// Every slot's map applied to every token ([B, T, W, kv], one GEMM), then each token keeps the
+// slot it occupies in each lane's entry: slot W - S(l+1) + p mod S for lane l.
+torch::Tensor CompressorImpl::per_slot_payloads(const torch::Tensor& x, const torch::Tensor& maps,
+                                                const torch::Tensor& bias, int64_t tok0) {
+  const int64_t B = x.size(0), T = x.size(1), W = cfg.width, S = cfg.stride, L = cfg.lanes();
+  const int64_t kv = n_kv * head_dim;
+  auto all = linear(x, maps.to(x.scalar_type()).reshape({W * kv, x.size(2)}), torch::Tensor())
+                 .view({B, T, W, kv});
+  if (bias.defined()) all = all + bias.to(all.scalar_type());
+  auto p = torch::arange(tok0, tok0 + T, torch::kInt64).remainder(S).unsqueeze(1);
+  auto slot = p + (W - S) - S * torch::arange(L, torch::kInt64).unsqueeze(0);  // [T, L]
+  auto idx = slot.to(x.device()).view({1, T, L, 1}).expand({B, T, L, kv});
+  return all.gather(2, idx).view({B, T, L, n_kv, head_dim});
+}
+
 CompressorTokens CompressorImpl::project(const torch::Tensor& x, const torch::Tensor& k_lin,
-                                         const torch::Tensor& v_lin) {
+                                         const torch::Tensor& v_lin, int64_t tok0) {
   const int64_t B = x.size(0), T = x.size(1);
-  std::vector<torch::Tensor> ks{k_lin}, vs{v_lin};
-  for (size_t l = 0; l < lane_wk.size(); ++l) {
-    ks.push_back(linear(x, lane_wk[l]));
-    vs.push_back(linear(x, lane_wv[l]));
-  }
   CompressorTokens out;
-  out.pk = torch::stack(ks, 2).view({B, T, cfg.lanes(), n_kv, head_dim});
-  out.pv = torch::stack(vs, 2).view({B, T, cfg.lanes(), n_kv, head_dim});
+  if (cfg.payload == PayloadKind::kPerSlot) {
+    out.pk = per_slot_payloads(x, payload_k, bias_payload_k, tok0);
+    if (!cfg.tied_kv) out.pv = per_slot_payloads(x, payload_v, bias_payload_v, tok0);
+  } else {
+    std::vector<torch::Tensor> ks{k_lin}, vs{v_lin};
+    for (size_t l = 0; l < lane_wk.size(); ++l) ks.push_back(linear(x, lane_wk[l]));
+    for (size_t l = 0; l < lane_wv.size(); ++l) vs.push_back(linear(x, lane_wv[l]));
+    out.pk = torch::stack(ks, 2).view({B, T, cfg.lanes(), n_kv, head_dim});
+    if (!cfg.tied_kv) out.pv = torch::stack(vs, 2).view({B, T, cfg.lanes(), n_kv, head_dim});
+  }
+  if (k_payload_norm) out.pk = k_payload_norm->forward(out.pk);
+  if (v_payload_norm) out.pv = v_payload_norm->forward(out.pv);
   if (cfg.gate != GateKind::kMean) {
     out.gk = gate_scores(x, gate_k, bias_k);
-    if (!cfg.tied_kv_gates) out.gv = gate_scores(x, gate_v, bias_v);
+    if (!cfg.tied_kv_gates && !cfg.tied_kv) out.gv = gate_scores(x, gate_v, bias_v);
   }
   return out;
 }
@@ -161,8 +199,6 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
   auto flat = (pos - tok0).clamp_min(0).flatten().to(dev);
 
   auto a_k = pool_weights_k(tokens, tok0, j0, j1);
-  torch::Tensor a_v = a_k;
-  if (tokens.gv.defined()) a_v = weights(gather_scores(tokens.gv, flat, n), valid, n, tokens.pk);
 
   auto payload = [&](const torch::Tensor& per_token) {  // [B, n, W, Hkv, hd], lane picked per slot
     if (cfg.lanes() == 1) return gather_slots(per_token, flat, n).select(3, 0);
@@ -182,13 +218,16 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
     return runs.size() == 1 ? runs[0] : torch::cat(runs, 2);
   };
   auto k = (a_k * payload(tokens.pk)).sum(2).transpose(1, 2);  // [B, Hkv, n, hd]
-  auto v = (a_v * payload(tokens.pv)).sum(2).transpose(1, 2);
   if (k_norm) k = k_norm->forward(k);
   if (cfg.entry_rope != EntryRope::kNone && n > 0) {
     std::vector<int64_t> epos;
     for (int64_t j = j0; j < j1; ++j) epos.push_back(entry_position(j));
     k = rope.apply(k, torch::tensor(epos, torch::kInt64).to(dev));
   }
+  if (cfg.tied_kv) return {k, k};  // the study's tied K/V: the value is the normalised, rotated key
+  torch::Tensor a_v = a_k;
+  if (tokens.gv.defined()) a_v = weights(gather_scores(tokens.gv, flat, n), valid, n, tokens.pk);
+  auto v = (a_v * payload(tokens.pv)).sum(2).transpose(1, 2);
   return {k, v};
 }
 

@@ -15,7 +15,10 @@ namespace phasekv {
 
 // Per-token projections of a run of consecutive tokens. T is the time dimension (dim 1).
 struct CompressorTokens {
-  torch::Tensor pk, pv;  // payloads per lane: [B, T, lanes, Hkv, hd]
+  // Payloads per lane: [B, T, lanes, Hkv, hd]. A token sits in one slot of each lane's entry
+  // (slot i = W - S(l+1) + p mod S for lane l), so per-slot payloads fit the same shape. pv is
+  // undefined with tied_kv (the entry's value is its key).
+  torch::Tensor pk, pv;
   torch::Tensor gk, gv;  // gate scores per slot, bias included: scalar [B,T,W,Hkv], vector
                          // [B,T,W,Hkv,hd]; undefined for the mean gate; gv undefined when tied
   int64_t length() const { return pk.defined() ? pk.size(1) : 0; }
@@ -27,9 +30,10 @@ struct CompressorImpl : torch::nn::Module {
   // so raw keys and entries live in one space and S=W=1 mean pooling reduces to full attention.
   CompressorImpl(const ModelConfig& model, const AttentionConfig& attn);
 
-  // k_lin, v_lin: the shared lane-0 payloads wk(x), wv(x) as [B, T, Hkv*hd].
+  // k_lin, v_lin: the shared lane-0 payloads wk(x), wv(x) as [B, T, Hkv*hd]; tok0: the absolute
+  // position of x's first token (per-slot payloads depend on the slot, i.e. on p mod S).
   CompressorTokens project(const torch::Tensor& x, const torch::Tensor& k_lin,
-                           const torch::Tensor& v_lin);
+                           const torch::Tensor& v_lin, int64_t tok0);
   // Finished entries j in [j0, j1) from projected tokens whose first token is at absolute
   // position tok0; they must cover positions [max(0, j0*S+S-W), j1*S+S-1]. Returns K, V as
   // [B, Hkv, j1-j0, hd]: K normed (if entry_norm) and rotated at the entry position.
@@ -47,13 +51,19 @@ struct CompressorImpl : torch::nn::Module {
   // Lanes >= 1 (overlap, W > S) have their own payload projections: the earlier block enters the
   // entry through a second projection, as in DeepSeek CSA.
   std::vector<torch::nn::Linear> lane_wk, lane_wv;
+  // payload = per_slot: C_i for every slot i as [W, Hkv*hd, D] (+ [W, Hkv*hd] biases with
+  // qkv_bias); no lane maps then.
+  torch::Tensor payload_k, payload_v, bias_payload_k, bias_payload_v;
   torch::Tensor gate_k, bias_k, gate_v, bias_v;
   std::shared_ptr<RMSNormImpl> k_norm;
+  std::shared_ptr<RMSNormImpl> k_payload_norm, v_payload_norm;  // payload_norm
   torch::Tensor lane_of_slot;  // [W] int64: lane(i) = (W-1-i) / S
 
  private:
   torch::Tensor gate_scores(const torch::Tensor& x, const torch::Tensor& gate,
                             const torch::Tensor& bias);
+  torch::Tensor per_slot_payloads(const torch::Tensor& x, const torch::Tensor& maps,
+                                  const torch::Tensor& bias, int64_t tok0);
   torch::Tensor gather_slots(const torch::Tensor& per_token, const torch::Tensor& flat_idx,
                              int64_t n);
   torch::Tensor gather_scores(const torch::Tensor& per_token, const torch::Tensor& flat_idx,

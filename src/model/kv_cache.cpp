@@ -6,7 +6,7 @@ namespace phasekv {
 
 void PendingTokens::append(const CompressorTokens& t) {
   pk.append(t.pk);
-  pv.append(t.pv);
+  if (t.pv.defined()) pv.append(t.pv);
   if (t.gk.defined()) gk.append(t.gk);
   if (t.gv.defined()) gv.append(t.gv);
 }

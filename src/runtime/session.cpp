@@ -59,11 +59,12 @@ LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, in
   // Partial entry: projected tokens from the next entry's first slot on, each holding one
   // payload pair per lane plus its gate scores for every slot.
   const int64_t pending = T - std::max<int64_t>(0, complete * S + S - W);
-  int64_t per_token = a.lanes() * token_bytes;
+  // Per token: one payload per lane (key and value, or the key alone with tied_kv).
+  int64_t per_token = a.lanes() * (a.tied_kv ? 1 : 2) * kv * elem;
   const int64_t gate = a.gate == GateKind::kScalar   ? W * m.n_kv_heads
                        : a.gate == GateKind::kVector ? W * kv
                                                      : 0;
-  per_token += (a.tied_kv_gates ? 1 : 2) * gate * elem;
+  per_token += (a.tied_kv_gates || a.tied_kv ? 1 : 2) * gate * elem;
   b.pending = std::max<int64_t>(pending, 0) * per_token;
   return b;
 }
