@@ -36,8 +36,9 @@ void validate_options(const SweepOptions& o) {
     throw Error("--stride is " + std::to_string(o.stride) + " (allowed: >= 1, or 0 = the model's)");
   if (o.padding != PaddingMode::kPrefix && o.padding != PaddingMode::kInSequence)
     throw Error("unknown padding mode (allowed: prefix, in_sequence)");
-  if (o.task.kind != TaskKind::kKv && o.task.kind != TaskKind::kPasskey)
-    throw Error("unknown task (allowed: kv, passkey)");
+  if (o.task.kind != TaskKind::kKv && o.task.kind != TaskKind::kPasskey &&
+      o.task.kind != TaskKind::kLookup)
+    throw Error("unknown task (allowed: kv, passkey, lookup)");
   validate(o.task, "task config");
   if (o.stride > 0 && o.modulus % o.stride != 0)
     throw Error(fmt::format(
@@ -65,7 +66,8 @@ void check_fits(Backend& backend, const json& described, const SweepOptions& o) 
         "context of {} tokens exceeds the model's max_context {} (the task's context_len {} "
         "without the answer, plus {} padding tokens for modulus {}); lower the modulus or the "
         "task's context_len",
-        len, backend.max_context(), o.task.context_len, o.modulus - 1, o.modulus));
+        len, backend.max_context(), o.task.context_len, len - (o.task.context_len - 1),
+        o.modulus));
   const int vocab = meta_int(described, "vocab_size");
   const int task_vocab_size = task_vocab(o.task).vocab_size();
   if (vocab > 0 && task_vocab_size > vocab)

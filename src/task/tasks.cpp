@@ -8,26 +8,22 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "task/lookup.h"
+#include "task/task_detail.h"
 #include "util/error.h"
 #include "util/json_read.h"
 #include "util/rng.h"
 
 namespace phasekv {
-namespace {
-
-using nlohmann::json;
-
-constexpr int kMaxCount = 1'000'000;  // keys, values, fillers, records: keeps ids in int32
-constexpr int kMaxContext = 1 << 24;
-constexpr int kQueryLen = 3;                               // <q> key value
-constexpr uint64_t kTrainingSeed = 0x747261696e696e67ULL;  // "training": apart from eval seeds
-constexpr uint64_t kPadBeforeStream = 1, kPadAfterStream = 2;
 
 // ---------------------------------------------------------------------------------------------
-// Random draws (util/rng.h), so (seed, example_id) names the same example everywhere.
+// Random draws (util/rng.h), so (seed, example_id) names the same example everywhere; shared with
+// lookup.cpp.
 
-// n distinct draws from [0, range), in draw order; rejection stays cheap because n <= range.
-std::vector<int> draw_distinct(std::mt19937_64& rng, int n, int range) {
+namespace task_detail {
+
+// Rejection stays cheap because n <= range.
+std::vector<int> draw_distinct(Rng& rng, int n, int range) {
   std::vector<int> out;
   std::unordered_set<int> taken;
   while (static_cast<int>(out.size()) < n) {
@@ -37,11 +33,44 @@ std::vector<int> draw_distinct(std::mt19937_64& rng, int n, int range) {
   return out;
 }
 
-std::vector<int32_t> draw_fillers(const TaskVocab& v, std::mt19937_64& rng, int count) {
+std::vector<int32_t> draw_fillers(const TaskVocab& v, Rng& rng, int count) {
   std::vector<int32_t> out(count);
   for (auto& t : out) t = v.filler(draw_below(rng, v.n_filler));
   return out;
 }
+
+uint64_t padding_seed(uint64_t example_base) {
+  return splitmix64(example_base ^ 0x70616464696e67ULL);  // "padding"
+}
+
+std::vector<int32_t> padding_fillers(const LogicalExample& lg, uint64_t stream, int count) {
+  Rng rng(seed_for(lg.padding_seed, stream));
+  return draw_fillers(lg.vocab, rng, count);
+}
+
+void layout_error(const TaskExample& ex, const std::string& what) {
+  throw Error("task layout check failed (" + to_string(ex.kind) + ", seed " +
+              std::to_string(ex.seed) + ", logical example " + std::to_string(ex.logical_id) +
+              ", M=" + std::to_string(ex.modulus) + ", r=" + std::to_string(ex.phase) + ", " +
+              to_string(ex.padding) + "): " + what);
+}
+
+}  // namespace task_detail
+
+namespace {
+
+using nlohmann::json;
+using task_detail::draw_distinct;
+using task_detail::draw_fillers;
+using task_detail::kPadAfterStream;
+using task_detail::kPadBeforeStream;
+using task_detail::kTrainingSeed;
+using task_detail::layout_error;
+using task_detail::padding_fillers;
+
+constexpr int kMaxCount = 1'000'000;  // keys, values, fillers, records: keeps ids in int32
+constexpr int kMaxContext = 1 << 24;
+constexpr int kQueryLen = 3;  // <q> key value
 
 // ---------------------------------------------------------------------------------------------
 // Sizes.
@@ -62,17 +91,17 @@ int min_sequence_len(const TaskConfig& c) {
 // ---------------------------------------------------------------------------------------------
 // Config parsing. Type checks here; every range check lives in validate().
 
-const std::set<std::string> kTaskKeys = {"name",          "n_keys",      "n_values",
-                                            "n_filler",      "n_records",   "distinct_values",
-                                            "record_format", "context_len", "min_context_len",
-                                            "n_queries",     "target_depth"};
+const std::set<std::string> kTaskKeys = {"name",          "n_keys",       "n_values",
+                                         "n_filler",      "n_records",    "distinct_values",
+                                         "record_format", "context_len",  "min_context_len",
+                                         "n_queries",     "target_depth", "n_demos"};
 
-const json_read::Choices<TaskKind> kKinds = {{"kv", TaskKind::kKv},
-                                                              {"passkey", TaskKind::kPasskey}};
-const json_read::Choices<RecordFormat> kFormats = {
-    {"kv", RecordFormat::kKv}, {"kv_sep", RecordFormat::kKvSep}};
-const json_read::Choices<PaddingMode> kPaddings = {
-    {"prefix", PaddingMode::kPrefix}, {"in_sequence", PaddingMode::kInSequence}};
+const json_read::Choices<TaskKind> kKinds = {
+    {"kv", TaskKind::kKv}, {"passkey", TaskKind::kPasskey}, {"lookup", TaskKind::kLookup}};
+const json_read::Choices<RecordFormat> kFormats = {{"kv", RecordFormat::kKv},
+                                                   {"kv_sep", RecordFormat::kKvSep}};
+const json_read::Choices<PaddingMode> kPaddings = {{"prefix", PaddingMode::kPrefix},
+                                                   {"in_sequence", PaddingMode::kInSequence}};
 
 void require_range(const std::string& where, const char* key, int v, int lo, int hi,
                    const std::string& why = "") {
@@ -161,6 +190,7 @@ std::vector<int> draw_queries(const TaskConfig& c, int target, std::mt19937_64& 
 
 LogicalExample build_logical(const TaskConfig& c, int context_len, std::mt19937_64& rng) {
   LogicalExample lg;
+  lg.kind = c.kind;
   lg.vocab = task_vocab(c);
   lg.record_format = c.record_format;
   const int n_fill = context_len - min_sequence_len(c);
@@ -189,19 +219,13 @@ LogicalExample make_logical(const TaskConfig& c, uint64_t seed, uint64_t id, int
   LogicalExample lg = build_logical(c, context_len, rng);
   lg.seed = seed;
   lg.id = id;
-  lg.padding_seed = splitmix64(base ^ 0x70616464696e67ULL);  // "padding"
+  lg.padding_seed = task_detail::padding_seed(base);
   return lg;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Materialization.
-
-// The first `count` tokens of one padding stream: a phase needing fewer tokens takes a prefix of
-// what another phase takes, so phases of one example differ in padding only by count.
-std::vector<int32_t> padding_fillers(const LogicalExample& lg, uint64_t stream, int count) {
-  Rng rng(seed_for(lg.padding_seed, stream));
-  return draw_fillers(lg.vocab, rng, count);
-}
+// Materialization. Padding fillers come from padding_fillers: phases of one example differ in
+// padding only by count.
 
 struct PaddingPlan {
   PaddingMode mode;
@@ -251,12 +275,6 @@ void plan_positions(const LogicalExample& lg, const PaddingPlan& p, TaskExample&
 
 // ---------------------------------------------------------------------------------------------
 // Layout check.
-
-[[noreturn]] void layout_error(const TaskExample& ex, const std::string& what) {
-  throw Error("task layout check failed (seed " + std::to_string(ex.seed) + ", logical example " +
-              std::to_string(ex.logical_id) + ", M=" + std::to_string(ex.modulus) +
-              ", r=" + std::to_string(ex.phase) + ", " + to_string(ex.padding) + "): " + what);
-}
 
 int find_query_block(const TaskExample& ex) {
   const auto it = std::find(ex.tokens.begin(), ex.tokens.end(), TaskVocab::kQuery);
@@ -413,25 +431,67 @@ TaskConfig task_config_from_json(const json& j, const std::string& where) {
   json_read::read(j, "min_context_len", c.min_context_len, where);
   json_read::read(j, "n_queries", c.n_queries, where);
   json_read::read(j, "target_depth", c.target_depth, where);
+  json_read::read(j, "n_demos", c.n_demos, where);
   validate(c, where);
   return c;
 }
 
 json task_config_to_json(const TaskConfig& c) {
-  return json{{"name", to_string(c.kind)},
-              {"n_keys", c.n_keys},
-              {"n_values", c.n_values},
-              {"n_filler", c.n_filler},
-              {"n_records", c.n_records},
-              {"distinct_values", c.distinct_values},
-              {"record_format", to_string(c.record_format)},
-              {"context_len", c.context_len},
-              {"min_context_len", c.min_context_len},
-              {"n_queries", c.n_queries},
-              {"target_depth", c.target_depth}};
+  json j = {{"name", to_string(c.kind)},
+            {"n_keys", c.n_keys},
+            {"n_values", c.n_values},
+            {"n_filler", c.n_filler},
+            {"n_records", c.n_records},
+            {"distinct_values", c.distinct_values},
+            {"record_format", to_string(c.record_format)},
+            {"context_len", c.context_len},
+            {"min_context_len", c.min_context_len},
+            {"n_queries", c.n_queries},
+            {"target_depth", c.target_depth}};
+  // Only lookup has demonstrations: other kinds' task.json files stay as they were.
+  if (c.kind == TaskKind::kLookup) j["n_demos"] = c.n_demos;
+  return j;
 }
 
+namespace {
+
+// name = lookup: the study's layout fixes the record format and counts its queries in n_demos.
+void validate_lookup(const TaskConfig& c, const std::string& where) {
+  require_range(where, "n_records", c.n_records, 1, kMaxCount);
+  require_range(where, "n_keys", c.n_keys, c.n_records, kMaxCount,
+                "; keys are distinct, so at least n_records");
+  require_range(where, "n_values", c.n_values, c.distinct_values ? c.n_records : 1, kMaxCount,
+                c.distinct_values ? "; distinct_values needs at least n_records" : "");
+  require_range(where, "n_filler", c.n_filler, 1, kMaxCount, "; padding and body fillers");
+  require_range(where, "n_demos", c.n_demos, 0, c.n_records - 1,
+                "; demonstrations copy distinct records other than the target's");
+  if (c.n_queries != 1)
+    throw Error(where + ": key 'n_queries' is " + std::to_string(c.n_queries) +
+                " (allowed: 1 for name=lookup, whose queries are its n_demos demonstrations and "
+                "the target)");
+  if (c.record_format != RecordFormat::kKv)
+    throw Error(where + ": key 'record_format' is \"" + to_string(c.record_format) +
+                "\" (allowed: \"kv\" for name=lookup: each key directly followed by its value)");
+  require_range(where, "context_len", c.context_len, lookup::min_context_len(c), kMaxContext,
+                "; name=lookup needs <bos> + 2 n_records + 2 n_demos + target key + answer = " +
+                    std::to_string(lookup::min_context_len(c)) +
+                    " at least, the rest are fillers between records");
+  if (c.min_context_len != 0)
+    require_range(where, "min_context_len", c.min_context_len, lookup::min_context_len(c),
+                  c.context_len, "; or 0 for a fixed context_len");
+}
+
+}  // namespace
+
 void validate(const TaskConfig& c, const std::string& where) {
+  if (c.target_depth != -1 && !(c.target_depth >= 0 && c.target_depth <= 1))
+    throw Error(where + ": key 'target_depth' is " + std::to_string(c.target_depth) +
+                " (allowed: a number in [0, 1], or -1 for a random depth)");
+  if (c.kind == TaskKind::kLookup) return validate_lookup(c, where);
+  if (c.n_demos != 0)
+    throw Error(where + ": key 'n_demos' is " + std::to_string(c.n_demos) +
+                " (allowed: 0 for name=" + to_string(c.kind) +
+                "; only name=lookup has demonstrations)");
   const bool passkey = c.kind == TaskKind::kPasskey;
   require_range(where, "n_records", c.n_records, 1, passkey ? 1 : kMaxCount,
                 passkey ? "; name=passkey has one needle" : "");
@@ -447,15 +507,16 @@ void validate(const TaskConfig& c, const std::string& where) {
   if (c.min_context_len != 0)
     require_range(where, "min_context_len", c.min_context_len, min_sequence_len(c), c.context_len,
                   "; or 0 for a fixed context_len");
-  if (c.target_depth != -1 && !(c.target_depth >= 0 && c.target_depth <= 1))
-    throw Error(where + ": key 'target_depth' is " + std::to_string(c.target_depth) +
-                " (allowed: a number in [0, 1], or -1 for a random depth)");
 }
 
 // ---------------------------------------------------------------------------------------------
 // Examples.
 
 LogicalExample make_logical_example(const TaskConfig& c, uint64_t seed, uint64_t example_id) {
+  if (c.kind == TaskKind::kLookup) {
+    validate(c, "task config");
+    return lookup::make_logical(c, seed, example_id, c.context_len);
+  }
   return make_logical(c, seed, example_id, c.context_len);
 }
 
@@ -464,11 +525,14 @@ TaskExample materialize(const LogicalExample& lg, int modulus, int phase, Paddin
   if (modulus < 1 || phase < 0 || phase >= modulus)
     throw Error("materialize: phase " + std::to_string(phase) + " mod " + std::to_string(modulus) +
                 " (allowed: modulus >= 1 and 0 <= phase < modulus)");
+  if (lg.kind == TaskKind::kLookup)
+    return lookup::materialize(lg, modulus, phase, padding, with_answer);
   // Padding is added before the target, so k = (r - p0) mod M moves the key from p0 to phase r.
   const int unpadded_pos = 1 + lg.target().key_pos;
   const int k = ((phase - unpadded_pos) % modulus + modulus) % modulus;
   const PaddingPlan plan{padding, k, modulus - 1 - k};
   TaskExample ex;
+  ex.kind = lg.kind;
   ex.tokens = layout_tokens(lg, plan, with_answer);
   plan_positions(lg, plan, ex);
   ex.record_format = lg.record_format;
@@ -485,6 +549,7 @@ TaskExample materialize(const LogicalExample& lg, int modulus, int phase, Paddin
 }
 
 void check_layout(const TaskExample& ex) {
+  if (ex.kind == TaskKind::kLookup) return lookup::check_layout(ex);
   if (ex.tokens.empty() || ex.tokens[0] != TaskVocab::kBos) layout_error(ex, "no leading <bos>");
   if (ex.queries.empty()) layout_error(ex, "no query");
   const int query_start = find_query_block(ex);
@@ -500,6 +565,10 @@ TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
   if (offset_randomization_M < 0)
     throw Error("offset randomization modulus is " + std::to_string(offset_randomization_M) +
                 " (allowed: 0 = off, or >= 1)");
+  if (c.kind == TaskKind::kLookup) {
+    validate(c, "task config");
+    return lookup::sample_training_example(c, rng, offset_randomization_M);
+  }
   const int lo = c.min_context_len == 0 ? c.context_len : c.min_context_len;
   const int len = lo + draw_below(rng, c.context_len - lo + 1);
   const uint64_t id = rng();

@@ -12,6 +12,10 @@
 // records (needles) at random non-overlapping places. The last query is the target: evaluation
 // scores the prediction at its key (the sequence ends there when with_answer is false).
 //
+// The lookup task (name = "lookup", task/lookup.h) has the study's layout instead: adjacent
+// records, demonstrations, the target key last, and a padding that also holds the mean and
+// variance of the target position fixed across phases. The functions below dispatch on the kind.
+//
 // Free of libtorch on purpose: plain vectors of int32 ids compile and test in seconds.
 #pragma once
 #include <cstdint>
@@ -22,15 +26,16 @@
 
 namespace phasekv {
 
-enum class TaskKind { kKv, kPasskey };
+enum class TaskKind { kKv, kPasskey, kLookup };
 // kv: `key value` adjacent; kv_sep: `key value <sep>`.
 enum class RecordFormat { kKv, kKvSep };
 // prefix: k fillers right after <bos> (everything moves); in_sequence: k fillers right before the
-// target record (only the target and what follows move).
+// target record (only the target and what follows move). lookup spreads its in_sequence fillers
+// over the gaps between records (task/lookup.h).
 enum class PaddingMode { kPrefix, kInSequence };
 
 struct TaskConfig {
-  TaskKind kind = TaskKind::kKv;  // JSON key "name": "kv" | "passkey"
+  TaskKind kind = TaskKind::kKv;  // JSON key "name": "kv" | "passkey" | "lookup"
   int n_keys = 32;
   int n_values = 32;
   int n_filler = 16;
@@ -41,6 +46,9 @@ struct TaskConfig {
   int min_context_len = 0;   // training only: 0 = always context_len, else uniform in [min, max]
   int n_queries = 1;         // queries of distinct records; passkey: exactly 1
   double target_depth = -1;  // target record start as a fraction of the body; -1 = random
+  // lookup only (0 for the other kinds): demonstrations, `key value` pairs of records other than
+  // the target's, between the records and the target key.
+  int n_demos = 0;
 };
 
 // Ids: 0 <pad>, 1 <bos>, 2 <q>, 3 <sep>, 4 <pk>, then keys k0.., values v0.., fillers f0...
@@ -86,18 +94,20 @@ struct TaskQuery {
 
 // Everything about an example that does not depend on its phase.
 struct LogicalExample {
+  TaskKind kind = TaskKind::kKv;
   TaskVocab vocab;
   RecordFormat record_format = RecordFormat::kKv;
   uint64_t seed = 0, id = 0;
   uint64_t padding_seed = 0;        // padding fillers: same stream for every phase
   std::vector<int32_t> body;        // between <bos> and the query block, records included
   std::vector<TaskRecord> records;  // in context order, key_pos relative to the body
-  std::vector<int> query_records;   // the last one is the target
+  std::vector<int> query_records;   // the last one is the target; lookup: demonstrations, target
 
   const TaskRecord& target() const { return records.at(query_records.back()); }
 };
 
 struct TaskExample {
+  TaskKind kind = TaskKind::kKv;
   std::vector<int32_t> tokens;
   std::vector<TaskRecord> records;  // in context order, absolute positions
   std::vector<TaskQuery> queries;   // in sequence order; the last one is the target
@@ -107,8 +117,8 @@ struct TaskExample {
   PaddingMode padding = PaddingMode::kPrefix;
   int modulus = 1;     // M; target().key_pos % modulus == phase
   int phase = 0;       // r
-  int pad_before = 0;  // k
-  int pad_after = 0;   // M - 1 - k
+  int pad_before = 0;  // k: padding fillers before the target key
+  int pad_after = 0;   // after it: M - 1 - k (lookup: 4M - 2 - k)
 
   const TaskQuery& target() const { return queries.back(); }
 };
@@ -129,7 +139,8 @@ PaddingMode padding_mode_from_string(const std::string& s, const std::string& wh
 LogicalExample make_logical_example(const TaskConfig& c, uint64_t seed, uint64_t example_id);
 
 // Lays out `lg` with its target key at a position p, p % modulus == phase; length and query
-// positions depend on modulus only. modulus 1 = no padding. Runs check_layout before returning.
+// positions depend on modulus only. modulus 1 = no padding (lookup: 2 padding tokens, see
+// task/lookup.h). Runs check_layout before returning.
 TaskExample materialize(const LogicalExample& lg, int modulus, int phase, PaddingMode padding,
                         bool with_answer);
 
@@ -141,6 +152,8 @@ void check_layout(const TaskExample& ex);
 // A fresh random example with answers, for training. Context length uniform in
 // [min_context_len, context_len] (fixed when min_context_len is 0). offset_randomization_M > 0
 // puts the target key at a uniform phase mod M (prefix padding k uniform in [0, M)); 0 = off.
+// lookup: the evaluation's own padding at a uniform phase mod max(M, 1), prefix or in_sequence
+// with probability 1/2 each (task/lookup.h).
 TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
                                     int offset_randomization_M);
 
