@@ -62,6 +62,28 @@ TEST(TrainConfig, ErrorsNameSectionAndKey) {
   }
 }
 
+// Every checked-in training config parses (TOML integers are signed: a seed of 0 must still read
+// as an unsigned seed), and a JSON config reads like its TOML.
+TEST(TrainConfig, CheckedInConfigsParse) {
+  int n = 0;
+  for (const char* sub : {"configs/train", "configs/explore"}) {
+    const fs::path dir = fs::path(PHASEKV_SOURCE_DIR) / sub;
+    if (!fs::exists(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      if (e.path().extension() != ".toml") continue;
+      EXPECT_NO_THROW(train_config_from_file(e.path().string())) << e.path();
+      ++n;
+    }
+  }
+  EXPECT_GE(n, 2);
+  const std::string toml = (fs::path(PHASEKV_SOURCE_DIR) / "configs/train/kv-chunked.toml").string();
+  const TrainConfig a = train_config_from_file(toml);
+  const fs::path json_path = test::temp_dir("config_json") / "kv-chunked.json";
+  write_file_atomic(json_path.string(), a.source.dump());
+  EXPECT_EQ(train_config_from_file(json_path.string()).source, a.source);
+  fs::remove_all(json_path.parent_path());
+}
+
 TEST(Train, ResumeReachesTheSameStateAsAnUninterruptedRun) {
   auto cfg = train_config_from_json(tiny_train_json(), "t", ".");
   const auto straight = temp_dir("straight"), resumed = temp_dir("resumed");

@@ -22,10 +22,15 @@ PaddingMode parse_padding(const std::string& s) { return padding_mode_from_strin
 // The task comes from the model's task.json, so the sweep asks the model about the vocabulary and
 // sizes it was trained on. --task passkey on a kv model keeps those settings with one needle.
 TaskConfig select_task(const std::string& model_dir, const std::string& flag) {
-  if (flag != "kv" && flag != "passkey")
-    throw Error("--task: '" + flag + "' is not a task (allowed: kv, passkey)");
   TaskConfig task = load_task_config(model_dir);
   if (flag == to_string(task.kind)) return task;
+  if (flag != "kv" && flag != "passkey")
+    throw Error("--task: '" + flag + "' is not this model's task (allowed: " +
+                to_string(task.kind) + (task.kind == TaskKind::kKv ? ", passkey" : "") + ")");
+  if (task.kind != TaskKind::kKv)
+    throw Error("--task " + flag + ": the model in " + model_dir + " was trained on " +
+                to_string(task.kind) + " (allowed for this model: --task " +
+                to_string(task.kind) + ")");
   if (flag == "passkey") {
     task.kind = TaskKind::kPasskey;
     task.n_records = 1;
@@ -43,6 +48,7 @@ struct SweepArgs {
   int examples = 0, modulus = 0, stride = 0, threads = 0, batch = 16;
   int bootstrap = 2000, permutations = 1000;
   uint64_t seed = 0;
+  double target_depth = -2;  // -2: as in task.json
 };
 
 void run_sweep_command(const SweepArgs& a) {
@@ -54,6 +60,10 @@ void run_sweep_command(const SweepArgs& a) {
   LocalBackend backend = LocalBackend::from_dir(a.model, a.threads, a.batch);
   SweepOptions o;
   o.task = select_task(a.model, a.task);
+  if (a.target_depth != -2) {
+    o.task.target_depth = a.target_depth;
+    validate(o.task, "--target-depth");
+  }
   o.examples = a.examples;
   o.modulus = a.modulus;
   o.padding = padding;
@@ -147,6 +157,8 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
   cmd->add_option("--permutations", a->permutations, "permutations of the period test");
+  cmd->add_option("--target-depth", a->target_depth,
+                  "target record depth in [0, 1] (-1 random; -2: task.json's)");
   cmd->callback([a] { run_sweep_command(*a); });
 }
 

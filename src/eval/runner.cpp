@@ -11,19 +11,13 @@
 #include <set>
 #include <utility>
 
+#include "util/duration.h"
 #include "util/error.h"
 
 namespace phasekv {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string format_duration(double s) {
-  if (!(s >= 0) || s > 1e7) return "?";
-  const auto t = static_cast<int64_t>(s + 0.5);
-  return t >= 3600 ? fmt::format("{}h{:02}m", t / 3600, t / 60 % 60)
-                   : fmt::format("{}m{:02}s", t / 60, t % 60);
-}
 
 // done/total, items/s, errors, the mode's note, ETA: at most one line every 2 s, and a last one.
 class ProgressLine {

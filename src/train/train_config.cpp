@@ -7,6 +7,7 @@
 
 #include "train/repeat_task.h"
 #include "util/error.h"
+#include "util/fs.h"
 #include "util/json_read.h"
 
 namespace phasekv {
@@ -147,7 +148,9 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
   return c;
 }
 
-TrainConfig train_config_from_file(const std::string& path) {
+json read_config_file(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".json") return read_json_file(path);
+  if (!std::filesystem::exists(path)) throw Error(path + ": no such file");
   toml::table tbl;
   try {
     tbl = toml::parse_file(path);
@@ -156,8 +159,12 @@ TrainConfig train_config_from_file(const std::string& path) {
     throw Error(path + ":" + std::to_string(src.begin.line) + ":" +
                 std::to_string(src.begin.column) + ": " + std::string(e.description()));
   }
+  return toml_to_json(tbl);
+}
+
+TrainConfig train_config_from_file(const std::string& path) {
   auto dir = std::filesystem::path(path).parent_path().string();
-  return train_config_from_json(toml_to_json(tbl), path, dir.empty() ? "." : dir);
+  return train_config_from_json(read_config_file(path), path, dir.empty() ? "." : dir);
 }
 
 }  // namespace phasekv

@@ -15,6 +15,7 @@
 #include "model/precision.h"
 #include "train/batch.h"
 #include "train/fused_adamw.h"
+#include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -107,11 +108,6 @@ void trim_log(const std::string& path, int step) {
   write_file_atomic(path, kept);
 }
 
-std::string duration(double s) {
-  int m = static_cast<int>(s / 60);
-  return m > 0 ? fmt::format("{}m{:02d}s", m, static_cast<int>(s) % 60) : fmt::format("{:.0f}s", s);
-}
-
 }  // namespace
 
 void init_from_model_dir(Decoder& model, const std::string& dir) {
@@ -125,10 +121,12 @@ void init_from_model_dir(Decoder& model, const std::string& dir) {
   for (const auto& p : src->named_parameters()) dst[p.key()].copy_(p.value());
 }
 
-double eval_accuracy(Decoder& model, const TaskConfig& task, int n, uint64_t seed, int modulus) {
+EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64_t seed,
+                           int modulus) {
   torch::NoGradGuard g;
   const int M = std::max(modulus, 1);
   int correct = 0;
+  double loss_sum = 0.0;
   const int chunk = 128;
   for (int start = 0; start < n; start += chunk) {
     std::vector<TaskExample> exs;
@@ -143,11 +141,15 @@ double eval_accuracy(Decoder& model, const TaskConfig& task, int n, uint64_t see
       for (int64_t t = 0; t < T; ++t)
         tokens[static_cast<int64_t>(b)][t] = exs[b].tokens[static_cast<size_t>(t)];
     auto h = model->hidden(tokens).select(1, T - 1);
-    auto pred = model->logits_from_hidden(h).argmax(-1);
-    for (size_t b = 0; b < exs.size(); ++b)
-      correct += pred[static_cast<int64_t>(b)].item<int64_t>() == exs[b].target().answer;
+    auto logp = torch::log_softmax(model->logits_from_hidden(h).to(torch::kFloat64), -1);
+    auto pred = logp.argmax(-1);
+    for (size_t b = 0; b < exs.size(); ++b) {
+      const int64_t answer = exs[b].target().answer;
+      correct += pred[static_cast<int64_t>(b)].item<int64_t>() == answer;
+      loss_sum -= logp[static_cast<int64_t>(b)][answer].item<double>();
+    }
   }
-  return double(correct) / n;
+  return {double(correct) / n, loss_sum / n};
 }
 
 TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resume, int stop_after) {
@@ -227,16 +229,19 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
       std::string eval_str;
       if (done % t.eval_every == 0 || last) {
         model->eval();
-        result.eval_acc = eval_accuracy(model, cfg.task, t.eval_examples, eval_seed,
-                                        std::max(t.offset_randomization, 1));
+        const EvalScore e = evaluate_targets(model, cfg.task, t.eval_examples, eval_seed,
+                                             std::max(t.offset_randomization, 1));
+        result.eval_acc = e.acc;
+        result.eval_loss = e.loss;
         model->train();
         rec["eval_acc"] = result.eval_acc;
-        eval_str = fmt::format(" | eval acc {:.3f}", result.eval_acc);
+        rec["eval_loss"] = result.eval_loss;
+        eval_str = fmt::format(" | eval acc {:.3f} loss {:.3f}", result.eval_acc, result.eval_loss);
       }
       log << rec.dump() << "\n" << std::flush;
       std::cerr << fmt::format(
           "step {:>6}/{}  loss {:.4f}  acc {:.3f}{}  |  {:.0f} tok/s  ETA {}\n", done, t.steps,
-          loss_sum / window, acc_sum / window, eval_str, tps, duration(eta));
+          loss_sum / window, acc_sum / window, eval_str, tps, format_duration(eta));
       result.final_loss = loss_sum / window;
       result.tokens_per_s = tps;
       loss_sum = acc_sum = tokens_done = 0;

@@ -12,6 +12,7 @@ struct TrainResult {
   int steps_done = 0;
   double final_loss = 0.0;
   double eval_acc = 0.0;
+  double eval_loss = 0.0;  // cross-entropy of the target answers of the eval examples
   double tokens_per_s = 0.0;
 };
 
@@ -28,8 +29,14 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
 // directory when it cannot be loaded or its config differs from `model`'s.
 void init_from_model_dir(Decoder& model, const std::string& dir);
 
-// Accuracy of the model on the target query of n fresh examples (seeded, disjoint from training
-// data by seed), each at a uniform phase mod M (M = offset_randomization or 1).
-double eval_accuracy(Decoder& model, const TaskConfig& task, int n, uint64_t seed, int modulus);
+// Accuracy and cross-entropy (the validation loss) of the model on the target query of n fresh
+// examples (seeded, disjoint from training data by seed), each at a uniform phase mod M
+// (M = offset_randomization or 1).
+struct EvalScore {
+  double acc = 0.0;
+  double loss = 0.0;
+};
+EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64_t seed,
+                           int modulus);
 
 }  // namespace phasekv

@@ -55,7 +55,8 @@ bool has_type(const nlohmann::json& v) {
   if constexpr (std::is_same_v<T, bool>)
     return v.is_boolean();
   else if constexpr (std::is_integral_v<T> && std::is_unsigned_v<T>)
-    return v.is_number_unsigned();
+    // TOML integers arrive as signed JSON integers: a non-negative one is a valid unsigned.
+    return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
   else if constexpr (std::is_integral_v<T>)
     return v.is_number_integer();
   else if constexpr (std::is_floating_point_v<T>)
@@ -80,9 +81,10 @@ void read(const nlohmann::json& obj, const char* key, T& out, const std::string&
   }
   if (!ok)
     throw Error(where + ": key '" + key + "' has the wrong type (got " + v.dump() + ", expected " +
-                type_name<T>() + (std::is_integral_v<T> && !std::is_same_v<T, bool>
-                                      ? " that fits in " + std::to_string(8 * sizeof(T)) + " bits"
-                                      : std::string()) +
+                type_name<T>() +
+                (std::is_integral_v<T> && !std::is_same_v<T, bool> && sizeof(T) < 8
+                     ? " that fits in " + std::to_string(8 * sizeof(T)) + " bits"
+                     : std::string()) +
                 ")");
   out = v.get<T>();
 }

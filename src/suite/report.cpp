@@ -1,0 +1,377 @@
+#include "suite/report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "eval/results_file.h"
+#include "eval/stats.h"
+#include "report/report.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+struct SweepData {
+  PhaseSummary summary;              // at the suite's modulus
+  std::optional<PhaseSummary> fold;  // folded mod the run's own stride
+  std::optional<ChiSquareTest> interior;  // homogeneity of the interior phases (folded)
+  double shortcut = NAN;
+};
+
+struct RunData {
+  std::string name;
+  json config, study;
+  int stride = 0, width = 0;  // of the first chunked layer; 0: no chunked layer (a control)
+  std::optional<double> train_loss, eval_acc, eval_loss;
+  std::map<std::string, SweepData> sweeps;  // by padding
+  std::map<double, PhaseSummary> depths;
+};
+
+void read_geometry(RunData& r) {
+  for (const auto& l : r.config["model"].value("layers", json::array()))
+    if (l.value("kind", "") == "chunked") {
+      r.stride = l.value("stride", 0);
+      r.width = l.value("width", 0);
+      return;
+    }
+}
+
+void read_train_log(RunData& r, const std::string& path) {
+  if (!fs::exists(path)) return;
+  const std::string text = read_file(path);
+  size_t end = text.find_last_not_of("\n");
+  if (end == std::string::npos) return;
+  const size_t start = text.rfind('\n', end);
+  const json last = json::parse(text.substr(start == std::string::npos ? 0 : start + 1), nullptr,
+                                false);
+  if (last.is_discarded()) return;
+  if (last.contains("loss")) r.train_loss = last["loss"].get<double>();
+  if (last.contains("eval_acc")) r.eval_acc = last["eval_acc"].get<double>();
+  if (last.contains("eval_loss")) r.eval_loss = last["eval_loss"].get<double>();
+}
+
+std::optional<SweepData> read_sweep(const RunData& r, const std::string& dir) {
+  if (!fs::exists(dir + "/summary.json")) return std::nullopt;
+  const json file = read_json_file(dir + "/summary.json");
+  SweepData d;
+  d.summary = PhaseSummary::from_json(file);
+  if (file.contains("meta") && file["meta"].contains("shortcut_ceiling"))
+    d.shortcut = file["meta"]["shortcut_ceiling"].get<double>();
+  const int S = r.stride;
+  if (S >= 2 && d.summary.modulus % S == 0) {
+    std::vector<PhaseOutcome> folded;
+    std::map<ItemKey, bool> latest;  // success wins over error, as the runner keeps them
+    for (const auto& rec : read_results(dir + "/results.jsonl").records)
+      if (rec.ok()) latest[rec.key()] = rec.correct;
+    for (const auto& [key, correct] : latest)
+      folded.push_back({std::get<1>(key), std::get<2>(key) % S, correct});
+    SummaryOptions opts;
+    opts.bootstrap_reps = 500;
+    opts.permutations = 500;
+    d.fold = summarize(folded, S, S, opts);
+    std::vector<PhaseRow> interior(d.fold->phases.begin(), d.fold->phases.end() - 1);
+    if (interior.size() >= 2) d.interior = chi_square_homogeneity(interior);
+  }
+  return d;
+}
+
+std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}", 100 * v) : "-"; }
+std::string num(const json& j, const char* key, const char* fmtstr = "{:.1f}") {
+  return j.contains(key) && j[key].is_number() ? fmt::format(fmt::runtime(fmtstr), j[key].get<double>())
+                                               : "-";
+}
+
+bool significant(const PhaseSummary& s) {
+  return s.period.detected > 0 && s.period.permutations > 0 && s.period.p_value < 0.05;
+}
+
+std::string run_kind(const RunData& r) {
+  return r.stride > 0 ? fmt::format("W{}/S{}", r.width, r.stride) : "full";
+}
+
+// A depth x phase heatmap: rows depths, columns phases, accuracy 0 (dark) .. 1 (light).
+std::string depth_heatmap_svg(const std::map<double, PhaseSummary>& depths, const std::string& title) {
+  const int M = depths.begin()->second.modulus;
+  const int cw = 22, ch = 22, left = 70, top = 40;
+  const int width = left + M * cw + 20, height = top + static_cast<int>(depths.size()) * ch + 40;
+  std::string s = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+      "font-size=\"11\">\n<text x=\"{}\" y=\"20\" font-size=\"13\">{}</text>\n",
+      width, height, left, xml_escape(title));
+  int row = 0;
+  for (const auto& [depth, sum] : depths) {
+    const int y = top + row * ch;
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"end\">depth {:g}</text>\n", left - 6,
+                     y + 15, depth);
+    for (const auto& p : sum.phases) {
+      const int shade = static_cast<int>(std::lround(40 + 215 * std::clamp(p.acc, 0.0, 1.0)));
+      s += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"rgb({},{},255)\"><title>depth "
+          "{:g}, phase {}: {:.3f}</title></rect>\n",
+          left + p.r * cw, y, cw - 1, ch - 1, shade, shade, depth, p.r, p.acc);
+    }
+    ++row;
+  }
+  for (int r = 0; r < M; r += std::max(1, M / 12))
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n",
+                     left + r * cw + cw / 2, top + row * ch + 14, r);
+  s += fmt::format("<text x=\"{}\" y=\"{}\">phase r (target key position mod {}); lighter = more accurate</text>\n",
+                   left, top + row * ch + 32, M);
+  return s + "</svg>\n";
+}
+
+struct Finding {
+  std::string claim, rule, verdict, evidence;
+};
+
+std::vector<Finding> findings(const std::vector<RunData>& runs) {
+  auto prefix = [](const RunData& r) -> const SweepData* {
+    auto it = r.sweeps.find("prefix");
+    return it == r.sweeps.end() ? nullptr : &it->second;
+  };
+  std::vector<Finding> out;
+  auto verdict = [](int yes, int total) {
+    return total == 0 ? std::string("not tested")
+           : yes == total ? std::string("**reproduced**")
+           : yes == 0     ? std::string("**not reproduced**")
+                          : std::string("**partly**");
+  };
+  {  // 1. period follows S, not W
+    Finding f{"The dominant period equals the stride S, not the width W",
+              "every run with W != S (prefix) has a significant detected period equal to S", "", ""};
+    int yes = 0, n = 0;
+    for (const auto& r : runs)
+      if (r.stride > 0 && r.width != r.stride && prefix(r)) {
+        const auto& s = prefix(r)->summary;
+        ++n;
+        yes += significant(s) && s.period.detected == r.stride;
+        f.evidence += fmt::format("{} ({}): period {}; ", r.name, run_kind(r), format_period(s));
+      }
+    f.verdict = verdict(yes, n);
+    out.push_back(f);
+  }
+  {  // 2. controls flat
+    Finding f{"Full-attention controls have no significant period",
+              "every control (no chunked layer) has period p >= 0.05 (prefix)", "", ""};
+    int yes = 0, n = 0;
+    for (const auto& r : runs)
+      if (r.stride == 0 && prefix(r)) {
+        ++n;
+        yes += !significant(prefix(r)->summary);
+        f.evidence += fmt::format("{}: {}; ", r.name, format_period(prefix(r)->summary));
+      }
+    f.verdict = verdict(yes, n);
+    out.push_back(f);
+  }
+  {  // 3. no RoPE / uniform averaging keep the period
+    Finding f{"The period survives removing RoPE and learned gates (uniform averaging)",
+              "every chunked run with rope_dims = 0 or gate = mean has a significant period equal "
+              "to S (prefix)", "", ""};
+    int yes = 0, n = 0;
+    for (const auto& r : runs) {
+      if (r.stride == 0 || !prefix(r)) continue;
+      bool mean_gate = false;
+      for (const auto& l : r.config["model"]["layers"])
+        mean_gate = mean_gate || (l.value("kind", "") == "chunked" && l.value("gate", "") == "mean");
+      if (r.config["model"].value("rope_dims", -1) != 0 && !mean_gate) continue;
+      const auto& s = prefix(r)->summary;
+      ++n;
+      yes += significant(s) && s.period.detected == r.stride;
+      f.evidence += fmt::format("{}: period {}; ", r.name, format_period(s));
+    }
+    f.verdict = verdict(yes, n);
+    out.push_back(f);
+  }
+  {  // 4. interior phases differ
+    Finding f{"Interior phases 0..S-2 differ significantly, not only the boundary phase",
+              "in every chunked run with a significant period (prefix), the interior phases of the "
+              "table folded mod S differ (chi-square homogeneity p < 0.05; it treats outcomes as "
+              "independent, which is conservative here)", "", ""};
+    int yes = 0, n = 0;
+    for (const auto& r : runs) {
+      const SweepData* d = prefix(r);
+      if (r.stride < 3 || !d || !d->interior || !significant(d->summary)) continue;
+      ++n;
+      yes += d->interior->p_value < 0.05;
+      f.evidence += fmt::format("{}: interior gap {:.1f} pp, p = {}; ", r.name,
+                                d->fold->split ? d->fold->split->interior_gap_pp : NAN,
+                                format_p(d->interior->p_value));
+    }
+    f.verdict = verdict(yes, n);
+    out.push_back(f);
+  }
+  {  // 5. seed spread smaller than the gap
+    Finding f{"Seed-to-seed spread is smaller than the gap",
+              "for runs that differ only in train.seed (prefix): the standard deviation of the gap "
+              "across seeds is below the mean gap", "", ""};
+    std::map<std::string, std::vector<const RunData*>> groups;
+    for (const auto& r : runs) {
+      if (!prefix(r)) continue;
+      json c = r.config;
+      c["train"].erase("seed");
+      groups[c.dump()].push_back(&r);
+    }
+    int yes = 0, n = 0;
+    for (const auto& [key, g] : groups) {
+      if (g.size() < 2) continue;
+      double sum = 0, sq = 0;
+      for (const auto* r : g) sum += prefix(*r)->summary.gap_pp;
+      const double mean = sum / static_cast<double>(g.size());
+      for (const auto* r : g) sq += std::pow(prefix(*r)->summary.gap_pp - mean, 2);
+      const double sd = std::sqrt(sq / static_cast<double>(g.size() - 1));
+      ++n;
+      yes += sd < mean;
+      f.evidence += fmt::format("{} and {} more: gap {:.1f} pp mean, SD {:.1f} pp over {} seeds; ",
+                                g.front()->name, g.size() - 1, mean, sd, g.size());
+    }
+    f.verdict = verdict(yes, n);
+    out.push_back(f);
+  }
+  {  // 6. a mean close to the control's hides a worst phase far below it
+    Finding f{"A mean close to the control's can hide a worst phase far below it",
+              "some chunked run has a mean within 10 pp of a control with the same KV heads and a "
+              "worst phase at least 20 pp below that control's worst (prefix)", "", ""};
+    int found = 0, n = 0;
+    for (const auto& c : runs) {
+      if (c.stride != 0 || !prefix(c)) continue;
+      for (const auto& r : runs) {
+        if (r.stride == 0 || !prefix(r)) continue;
+        if (r.config["model"]["n_kv_heads"] != c.config["model"]["n_kv_heads"]) continue;
+        ++n;
+        const auto& a = prefix(r)->summary;
+        const auto& b = prefix(c)->summary;
+        if (std::abs(a.mean_acc - b.mean_acc) <= 0.10 && a.worst_acc <= b.worst_acc - 0.20) {
+          ++found;
+          f.evidence += fmt::format("{} mean {} vs {} {}, worst {} vs {}; ", r.name, pct(a.mean_acc),
+                                    c.name, pct(b.mean_acc), pct(a.worst_acc), pct(b.worst_acc));
+        }
+      }
+    }
+    f.verdict = n == 0 ? "not tested" : found > 0 ? "**reproduced**" : "**not reproduced**";
+    if (found == 0 && n > 0) f.evidence = fmt::format("no such pair among {} compared", n);
+    out.push_back(f);
+  }
+  return out;
+}
+
+}  // namespace
+
+int write_repro_report(const ReproReportOptions& o) {
+  const std::string suite_path = o.suite_dir + "/suite.json";
+  if (!fs::exists(suite_path))
+    throw Error(o.suite_dir + " has no suite.json (give the --out of `phasekv repro`)");
+  const json suite = read_json_file(suite_path);
+  const fs::path md(o.out_md);
+  const fs::path fig_dir = md.parent_path() / md.stem().string();
+  const std::string fig_rel = md.stem().string();
+  std::vector<RunData> runs;
+  int found = 0;
+  for (const auto& jr : suite["runs"]) {
+    RunData r;
+    r.name = jr["name"].get<std::string>();
+    r.config = jr["config"];
+    r.study = jr.value("study", json::object());
+    read_geometry(r);
+    const std::string dir = o.suite_dir + "/" + r.name;
+    read_train_log(r, dir + "/model/train_log.jsonl");
+    for (const auto& p : suite["paddings"]) {
+      auto d = read_sweep(r, dir + "/sweep-" + p.get<std::string>());
+      if (d) {
+        r.sweeps[p.get<std::string>()] = std::move(*d);
+        ++found;
+      }
+    }
+    for (const auto& depth : suite["depths"]) {
+      const std::string ddir = dir + fmt::format("/depth-{:g}", depth.get<double>());
+      if (fs::exists(ddir + "/summary.json"))
+        r.depths[depth.get<double>()] = PhaseSummary::from_json(read_json_file(ddir + "/summary.json"));
+    }
+    runs.push_back(std::move(r));
+  }
+
+  const int M = suite["modulus"].get<int>();
+  std::string page = fmt::format(
+      "# Reproduction: {}\n\nGenerated by `{}` from the run directories of `{}` (suite file `{}`); "
+      "do not edit by hand. Accuracy in %, gaps in pp; the study's figure (its Qwen3-0.6B "
+      "backbone trained on 100B tokens) is beside each row it has one for. Every run of the suite "
+      "file is listed, including those without results yet.\n\n",
+      suite["name"].get<std::string>(), o.command, o.suite_dir, suite["path"].get<std::string>());
+  page += fmt::format(
+      "Each run: training, then sweeps of {} logical examples at every phase mod {} with each "
+      "padding. `fold S` columns fold the same records mod the run's own stride; `interior` is "
+      "the gap among phases 0..S-2 of that fold and the chi-square p of their homogeneity. "
+      "`shortcut` is the accuracy reachable without reading keys: a run at or below it shows no "
+      "retrieval, and its phase pattern means nothing. `val loss` is the cross-entropy of the "
+      "target answer on held-out examples at the end of training; the study's (in parentheses) "
+      "is a text validation loss, a different quantity.\n\n",
+      suite["examples"].get<int>(), M);
+  page += "| run | kind | padding | train loss | val loss (study) | eval acc | mean | best | worst | gap [95% CI] | "
+          "period (p) | fold S: interior gap (p) | boundary | shortcut | study mean / worst / gap |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : runs) {
+    const std::string study =
+        r.study.contains("label")
+            ? fmt::format("{} / {} / {} ({})", num(r.study, "mean"), num(r.study, "worst"),
+                          num(r.study, "gap"), r.study["label"].get<std::string>())
+            : "-";
+    const std::string loss = r.train_loss ? fmt::format("{:.3f}", *r.train_loss) : "-";
+    const std::string acc = r.eval_acc ? pct(*r.eval_acc) : "-";
+    const std::string val = fmt::format("{} ({})", r.eval_loss ? fmt::format("{:.3f}", *r.eval_loss) : "-",
+                                        num(r.study, "val_loss", "{:.3f}"));
+    if (r.sweeps.empty()) {
+      page += fmt::format("| {} | {} | (pending) | {} | {} | {} | | | | | | | | | {} |\n", r.name,
+                          run_kind(r), loss, val, acc, study);
+      continue;
+    }
+    for (const auto& [padding, d] : r.sweeps) {
+      const auto& s = d.summary;
+      std::string interior = "-", boundary = "-";
+      if (d.fold && d.fold->split && d.interior) {
+        interior = fmt::format("{:.1f} (p = {})", d.fold->split->interior_gap_pp,
+                               format_p(d.interior->p_value));
+        boundary = pct(d.fold->split->boundary_acc);
+      }
+      page += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} (r={}) | {} | {} | {} | {} | {} | {} |\n",
+                          r.name, run_kind(r), padding, loss, val, acc, pct(s.mean_acc), pct(s.best_acc),
+                          pct(s.worst_acc), s.worst_phase, format_gap(s), format_period(s),
+                          interior, boundary, pct(d.shortcut), study);
+    }
+  }
+
+  page += "\n## The study's findings\n\n| finding | rule | verdict | evidence |\n|---|---|---|---|\n";
+  for (const auto& f : findings(runs))
+    page += fmt::format("| {} | {} | {} | {} |\n", f.claim, f.rule, f.verdict,
+                        f.evidence.empty() ? "-" : f.evidence);
+
+  page += "\n## Accuracy by phase\n\n";
+  for (const auto& r : runs) {
+    if (r.sweeps.empty()) continue;
+    PhaseSeries series;
+    for (const auto& [padding, d] : r.sweeps) series.emplace_back(padding, d.summary);
+    const std::string file = r.name + ".svg";
+    write_file_atomic((fig_dir / file).string(),
+                      phase_svg(series, fmt::format("{} ({})", r.name, run_kind(r))));
+    page += fmt::format("![{}]({}/{})\n", r.name, fig_rel, file);
+  }
+  for (const auto& r : runs) {
+    if (r.depths.empty()) continue;
+    const std::string file = r.name + "-depth.svg";
+    write_file_atomic((fig_dir / file).string(),
+                      depth_heatmap_svg(r.depths, r.name + ": accuracy by target depth and phase"));
+    page += fmt::format("\n## Depth x phase: {}\n\n![depth x phase]({}/{})\n", r.name, fig_rel, file);
+  }
+  write_file_atomic(o.out_md, page);
+  return found;
+}
+
+}  // namespace phasekv

@@ -1,0 +1,162 @@
+// `phasekv repro` end to end on a tiny suite: strict suite parsing, two runs side by side, every
+// step's output, a rerun that skips what is done, an interrupted training resumed from its
+// checkpoint, and the generated results page.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "suite/suite.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+const std::string kBin = PHASEKV_BINARY;
+
+const char* kBase = R"(
+[model]
+vocab_size = 29
+d_model = 16
+n_layers = 1
+n_heads = 2
+n_kv_heads = 1
+head_dim = 8
+d_ff = 32
+max_context = 64
+[model.attention]
+kind = "chunked"
+stride = 4
+width = 4
+n_win = 1
+[task]
+name = "kv"
+n_keys = 8
+n_values = 8
+n_filler = 8
+n_records = 2
+context_len = 16
+[train]
+steps = 6
+batch = 4
+warmup = 1
+threads = 1
+log_every = 2
+eval_every = 6
+eval_examples = 8
+checkpoint_every = 2
+)";
+
+const char* kSuite = R"(
+[suite]
+name = "tiny"
+base = "base.toml"
+modulus = 8
+examples = 4
+paddings = ["prefix", "in_sequence"]
+depths = [0.0, 1.0]
+
+[[run]]
+name = "chunked"
+depth_grid = true
+study = { label = "W4/S4", mean = 50.0, worst = 10.0, gap = 40.0 }
+
+[[run]]
+name = "full"
+model.attention = { kind = "full" }
+train = { seed = 1 }
+)";
+
+int run(const std::string& cmd, const fs::path& log) {
+  return std::system((cmd + " > " + log.string() + " 2>&1").c_str());
+}
+
+TEST(Repro, SuiteParsingMergesRunsAndNamesBadKeys) {
+  const fs::path dir = test::temp_dir("repro_parse");
+  test::write_text(dir / "base.toml", kBase);
+  test::write_text(dir / "suite.toml", kSuite);
+  const Suite s = load_suite((dir / "suite.toml").string());
+  ASSERT_EQ(s.runs.size(), 2u);
+  EXPECT_EQ(s.runs[0].config["model"]["layers"][0]["kind"], "chunked");
+  EXPECT_EQ(s.runs[1].config["model"]["layers"][0]["kind"], "full");
+  EXPECT_EQ(s.runs[1].config["train"]["seed"], 1);
+  EXPECT_EQ(s.runs[1].config["train"]["steps"], 6) << "unset keys come from the base";
+  ASSERT_TRUE(s.runs[0].study.has_value());
+  EXPECT_EQ(*s.runs[0].study->gap, 40.0);
+  test::write_text(dir / "bad.toml", std::string(kSuite) + "\n[[run]]\nname = \"x\"\nmodel.attention = { strid = 2 }\n");
+  try {
+    load_suite((dir / "bad.toml").string());
+    FAIL() << "a bad run key must fail before anything runs";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'x'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("strid"), std::string::npos) << msg;
+  }
+  test::write_text(dir / "dup.toml", std::string(kSuite) + "\n[[run]]\nname = \"full\"\n");
+  EXPECT_THROW(load_suite((dir / "dup.toml").string()), Error);
+  fs::remove_all(dir);
+}
+
+TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
+  const fs::path dir = test::temp_dir("repro_run");
+  test::write_text(dir / "base.toml", kBase);
+  test::write_text(dir / "suite.toml", kSuite);
+  const fs::path out = dir / "out";
+  const std::string repro =
+      kBin + " repro --suite " + (dir / "suite.toml").string() + " --out " + out.string();
+
+  // One command per run for an external scheduler.
+  ASSERT_EQ(run(kBin + " repro --suite " + (dir / "suite.toml").string() + " --out " +
+                    out.string() + " --print-commands",
+                dir / "print.log"),
+            0);
+  EXPECT_NE(test::slurp(dir / "print.log").find("--only chunked"), std::string::npos);
+
+  ASSERT_EQ(run(repro + " --jobs 2", dir / "first.log"), 0) << test::slurp(dir / "first.log");
+  for (const char* f : {"chunked/config.json", "chunked/train.done", "chunked/model/model.safetensors",
+                        "chunked/sweep-prefix/summary.json", "chunked/sweep-in_sequence/summary.json",
+                        "chunked/depth-0/summary.json", "chunked/depth-1/summary.json",
+                        "full/sweep-prefix/summary.json", "suite.json"})
+    EXPECT_TRUE(fs::exists(out / f)) << f << "\n" << test::slurp(dir / "first.log");
+  EXPECT_FALSE(fs::exists(out / "full/depth-0")) << "only depth_grid runs get the grid";
+  const std::string depth_meta = test::slurp(out / "chunked/depth-1/summary.json");
+  EXPECT_NE(depth_meta.find("\"target_depth\": 1.0"), std::string::npos);
+
+  // A rerun skips everything.
+  ASSERT_EQ(run(repro, dir / "second.log"), 0) << test::slurp(dir / "second.log");
+  EXPECT_NE(test::slurp(dir / "second.log").find("0 of 2 runs to do"), std::string::npos)
+      << test::slurp(dir / "second.log");
+
+  // A run whose training did not finish (no train.done) resumes from its checkpoint.
+  fs::remove(out / "full/train.done");
+  fs::remove_all(out / "full/sweep-prefix");
+  ASSERT_EQ(run(repro + " --only full", dir / "third.log"), 0) << test::slurp(dir / "third.log");
+  EXPECT_NE(test::slurp(out / "full/train.log").find("resumed from step 6"), std::string::npos)
+      << test::slurp(out / "full/train.log");
+  EXPECT_TRUE(fs::exists(out / "full/sweep-prefix/summary.json"));
+
+  // A changed suite does not silently mix into the old directory.
+  test::write_text(dir / "base.toml", std::string(kBase) + "lr = 0.01\n");
+  EXPECT_NE(run(repro, dir / "changed.log"), 0);
+  EXPECT_NE(test::slurp(dir / "changed.log").find("holds another config"), std::string::npos)
+      << test::slurp(dir / "changed.log");
+
+  // The page: one row per run and padding, the study's figure beside its row, the findings.
+  const fs::path md = dir / "REPRO.md";
+  ASSERT_EQ(run(kBin + " repro report " + out.string() + " --out " + md.string(), dir / "r.log"), 0)
+      << test::slurp(dir / "r.log");
+  const std::string page = test::slurp(md);
+  EXPECT_NE(page.find("| chunked | W4/S4 | prefix |"), std::string::npos) << page;
+  EXPECT_NE(page.find("| full | full | in_sequence |"), std::string::npos) << page;
+  EXPECT_NE(page.find("50.0 / 10.0 / 40.0 (W4/S4)"), std::string::npos) << page;
+  EXPECT_NE(page.find("Full-attention controls have no significant period"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked.svg"));
+  EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked-depth.svg"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace phasekv
