@@ -317,7 +317,7 @@ void register_audit(CLI::App& app) {
                   "auto|ids|text: ids for phasekv synthetic models, text for real tokenizers");
   cmd->add_option("--task-config", a->task_config, "task.json for --render ids");
   cmd->add_option("--padding", a->padding, "prefix|in_sequence (in-sequence is accepted too)");
-  cmd->add_option("--seed", a->seed, "names the logical examples");
+  cmd->add_option("--seed", a->seed, "names the logical examples")->check(non_negative());
   cmd->add_option("--top-n", a->top_n, "logprobs / n_probs per position");
   cmd->add_option("--n-records,--records", a->records, "text: key-value records per prompt");
   cmd->add_option("--context-len,--context-tokens", a->context_tokens,

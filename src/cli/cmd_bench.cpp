@@ -37,7 +37,9 @@ void add_common(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   cmd->add_flag("--quick", f->quick, "small sizes: the whole suite in about a minute");
   cmd->add_option("--json", f->json, "also write the figures to this JSON file");
   PHASEKV_BENCH_OPTION(cmd, f, "--threads", threads, "libtorch threads");
+  f->overrides.back().first->check(compute_threads());
   PHASEKV_BENCH_OPTION(cmd, f, "--seed", seed, "weights and data seed");
+  f->overrides.back().first->check(non_negative());
   PHASEKV_BENCH_OPTION(cmd, f, "--gemm-sizes", gemm_sizes, "square GEMM sizes for the peak");
 }
 

@@ -10,12 +10,39 @@
 #include "runtime/session.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/threads.h"
 
 namespace phasekv::cli {
 
 void set_threads(int n) {
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(n);
+}
+
+CLI::Validator compute_threads() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        int64_t n = 0;
+        try {
+          size_t used = 0;
+          n = std::stoll(s, &used);
+          if (used != s.size()) return "'" + s + "' is not an integer";
+        } catch (const std::exception&) {
+          return "'" + s + "' is not an integer that fits in 64 bits";
+        }
+        return compute_threads_problem(n);
+      },
+      "0.." + std::to_string(max_compute_threads()));
+}
+
+CLI::Validator non_negative() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        if (s.find('-') != std::string::npos)
+          return "'" + s + "' is negative (allowed: a non-negative integer)";
+        return "";
+      },
+      "NONNEGATIVE");
 }
 
 void register_init(CLI::App& app) {
@@ -26,7 +53,7 @@ void register_init(CLI::App& app) {
   auto dtype = std::make_shared<std::string>("f32");
   cmd->add_option("--config", *config, "model config JSON")->required();
   cmd->add_option("--out", *out, "output model directory")->required();
-  cmd->add_option("--seed", *seed, "initialisation seed");
+  cmd->add_option("--seed", *seed, "initialisation seed")->check(non_negative());
   cmd->add_option("--dtype", *dtype, "weights dtype: f32|bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->callback([=] {

@@ -15,6 +15,7 @@
 #include "io/tokenizer.h"
 #include "server/server.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace phasekv::cli {
 namespace {
@@ -95,12 +96,15 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--host", a->host, "address to listen on");
   cmd->add_option("--port", a->port, "port");
   cmd->add_option("--threads", a->threads,
-                  "HTTP worker threads, at least the number of concurrent connections");
-  cmd->add_option("--torch-threads", a->torch_threads, "libtorch threads (0 = all cores)");
+                  "HTTP worker threads, at least the number of concurrent connections")
+      ->check(CLI::Range(1, kMaxHttpThreads));
+  cmd->add_option("--torch-threads", a->torch_threads, "libtorch threads (0 = all cores)")
+      ->check(compute_threads());
   cmd->add_option("--max-tokens-limit", a->max_tokens_limit,
                   "largest max_tokens a request may ask for");
   cmd->add_option("--max-body-bytes", a->max_body_bytes,
-                  "largest request body; larger ones get 413");
+                  "largest request body; larger ones get 413")
+      ->check(non_negative());
   cmd->add_option("--name", a->name, "served model name ('': <dir name>@<config hash>)");
   cmd->add_flag("--log-requests", a->log_requests, "one line per request on stderr");
   cmd->callback([a] { run_serve(*a); });

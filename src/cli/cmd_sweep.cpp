@@ -151,9 +151,10 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--padding", a->padding, "prefix|in_sequence (in-sequence is accepted too)")->required();
   cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
       ->required();
-  cmd->add_option("--seed", a->seed, "names the logical examples");
+  cmd->add_option("--seed", a->seed, "names the logical examples")->check(non_negative());
   cmd->add_option("--stride", a->stride, "stride S for the statistics (0 = the model's)");
-  cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)");
+  cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)")
+      ->check(compute_threads());
   cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
   cmd->add_option("--permutations", a->permutations, "permutations of the period test");

@@ -18,4 +18,9 @@ void register_repro(CLI::App& app);
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
 void set_threads(int n);
 
+// A libtorch thread count: 0 (all cores) up to 8 per core, at most 1024 (util/threads.h).
+CLI::Validator compute_threads();
+// For unsigned options: CLI11 reads "-1" into a uint64_t as 2^64 - 1; this refuses a minus sign.
+CLI::Validator non_negative();
+
 }  // namespace phasekv::cli

@@ -5,7 +5,9 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <random>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "server/server_engine.h"
 #include "server/server_requests.h"
 #include "util/error.h"
+#include "util/threads.h"
 
 namespace phasekv {
 namespace {
@@ -133,8 +136,10 @@ CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordToke
       name_(options_.served_name.empty() ? backend.model_id() : options_.served_name),
       engine_(std::make_unique<ModelEngine>(backend)),
       http_(std::make_unique<ListenServer>()) {
-  if (options_.threads < 1)
-    throw Error("--threads is " + std::to_string(options_.threads) + " (allowed: >= 1)");
+  // Each worker is a thread: 100000 of them brought a 2-core machine to a load of 228.
+  if (options_.threads < 1 || options_.threads > kMaxHttpThreads)
+    throw Error("--threads is " + std::to_string(options_.threads) +
+                " (allowed: 1.." + std::to_string(kMaxHttpThreads) + " HTTP worker threads)");
   if (options_.max_tokens_limit < 1)
     throw Error("--max-tokens-limit is " + std::to_string(options_.max_tokens_limit) +
                 " (allowed: >= 1)");
@@ -297,12 +302,25 @@ void CompletionServer::handle_detokenize(const httplib::Request& req,
 }
 
 int CompletionServer::bind() {
+  // httplib's default socket options set SO_REUSEPORT, with which a second server binds the same
+  // port and the kernel splits connections between the two models. SO_REUSEADDR alone (a restart
+  // while old connections sit in TIME_WAIT) still lets bind() fail on a port that is listening.
+  http_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  errno = 0;
   const int port = options_.port == 0
                        ? http_->bind_to_any_port(options_.host)
                        : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port < 0)
+  if (port < 0) {
+    const int err = errno;
     throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                " (address in use, or not an address of this machine)");
+                (err == EADDRINUSE
+                     ? ": address in use (another server listens on this port)"
+                     : " (address in use, or not an address of this machine: " +
+                           std::string(std::strerror(err)) + ")"));
+  }
   static_cast<ListenServer&>(*http_).raise_backlog(1024);
   return port;
 }

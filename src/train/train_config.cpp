@@ -9,6 +9,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/json_read.h"
+#include "util/threads.h"
 
 namespace phasekv {
 namespace {
@@ -73,6 +74,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   positive(t.eval_every, "eval_every");
   positive(t.eval_examples, "eval_examples");
   positive(t.checkpoint_every, "checkpoint_every");
+  check_compute_threads(t.threads, where + ": key 'threads'");
   if (t.lr <= 0) throw Error(where + ": key 'lr' must be > 0");
   if (t.warmup < 0) throw Error(where + ": key 'warmup' must be >= 0");
   if (t.offset_randomization < 0) throw Error(where + ": key 'offset_randomization' must be >= 0");
