@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "train/trainer.h"
+#include "util/error.h"
 
 namespace phasekv::cli {
 
@@ -11,14 +12,23 @@ void register_train(CLI::App& app) {
   auto config = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto resume = std::make_shared<bool>(false);
+  auto force = std::make_shared<bool>(false);
   auto steps = std::make_shared<int>(0);
   cmd->add_option("--config", *config, "training config (TOML)")->required();
   cmd->add_option("--out", *out, "output directory (model + checkpoints + log)")->required();
   cmd->add_flag("--resume", *resume, "continue from OUT/checkpoint");
-  cmd->add_option("--steps", *steps, "override [train] steps");
+  cmd->add_flag("--force", *force,
+                "train afresh into an OUT that holds a finished model or a checkpoint, replacing "
+                "them (without it, such an OUT is refused)");
+  auto* steps_opt = cmd->add_option("--steps", *steps, "override [train] steps (>= 1)");
   cmd->callback([=] {
+    if (steps_opt->count() > 0 && *steps < 1)
+      throw Error("--steps is " + std::to_string(*steps) + " (allowed: >= 1)");
+    if (*force && *resume) throw Error("--force and --resume exclude each other");
     auto cfg = train_config_from_file(*config);
-    if (*steps > 0) cfg.train.steps = *steps;
+    if (steps_opt->count() > 0) cfg.train.steps = *steps;
+    if (*force && clear_previous_training(*out))
+      std::cerr << "--force: removed the previous training in " << *out << "\n";
     auto r = train(cfg, *out, *resume);
     std::cout << "trained " << r.steps_done << " steps: loss " << r.final_loss << ", eval acc "
               << r.eval_acc << ", " << static_cast<int64_t>(r.tokens_per_s) << " tokens/s -> "

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "model/model_dir.h"
@@ -108,7 +109,75 @@ void trim_log(const std::string& path, int step) {
   write_file_atomic(path, kept);
 }
 
+// What of a previous training lies in out_dir: a finished model or a checkpoint ("" = neither).
+std::string previous_training(const std::string& out_dir) {
+  const fs::path d(out_dir);
+  if (fs::exists(d / "model.safetensors"))
+    return "a finished model (" + (d / "model.safetensors").string() + ")";
+  for (const char* c : {"checkpoint", "checkpoint.old"})
+    if (fs::exists(d / c)) return "a checkpoint (" + (d / c).string() + ")";
+  return "";
+}
+
+// A resumed run must continue the run that wrote the checkpoint: the config (as train.json
+// recorded it) may differ in [train] steps only.
+void check_resume_config(const TrainConfig& cfg, const std::string& out_dir) {
+  const std::string path = out_dir + "/train.json";
+  if (!fs::exists(path) && !fs::exists(fs::path(out_dir) / "checkpoint") &&
+      !fs::exists(fs::path(out_dir) / "checkpoint.old"))
+    return;  // no checkpoint either: loading it says so
+  if (!fs::exists(path))
+    throw Error("--resume: " + path + " is missing, so the checkpoint's config is unknown; " +
+                "train afresh (--force) instead");
+  nlohmann::json before;
+  try {
+    before = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("--resume: " + path + " is not valid JSON (" + e.what() + ")");
+  }
+  if (!before.is_object()) throw Error("--resume: " + path + " is not a JSON object");
+  before.erase("runtime");
+  nlohmann::json now = cfg.source;
+  for (auto* j : {&before, &now})
+    if (j->contains("train") && (*j)["train"].is_object()) (*j)["train"].erase("steps");
+  if (before == now) return;
+  // Name the first differing key, as section.key.
+  std::set<std::string> sections;
+  for (auto* j : {&before, &now})
+    for (auto it = j->begin(); it != j->end(); ++it) sections.insert(it.key());
+  for (const auto& s : sections) {
+    const nlohmann::json a = before.value(s, nlohmann::json()), b = now.value(s, nlohmann::json());
+    if (a == b) continue;
+    std::string key = s;
+    if (a.is_object() && b.is_object()) {
+      std::set<std::string> keys;
+      for (const auto* j : {&a, &b})
+        for (auto it = j->begin(); it != j->end(); ++it) keys.insert(it.key());
+      for (const auto& k : keys)
+        if (a.value(k, nlohmann::json()) != b.value(k, nlohmann::json())) {
+          key = s + "." + k;
+          throw Error("--resume: the config differs from the checkpoint's (" + path + ") in " +
+                      key + ": was " + a.value(k, nlohmann::json()).dump() + ", now " +
+                      b.value(k, nlohmann::json()).dump() +
+                      " (only [train] steps may change on a resume)");
+        }
+    }
+    throw Error("--resume: the config differs from the checkpoint's (" + path + ") in [" + key +
+                "] (only [train] steps may change on a resume)");
+  }
+}
+
 }  // namespace
+
+bool clear_previous_training(const std::string& out_dir) {
+  const fs::path d(out_dir);
+  bool any = false;
+  for (const char* f : {"checkpoint", "checkpoint.old", "checkpoint.tmp", "model.safetensors",
+                        "config.json", "task.json", "tokenizer.json", "train.json",
+                        "train_log.jsonl"})
+    any = fs::remove_all(d / f) > 0 || any;
+  return any;
+}
 
 void init_from_model_dir(Decoder& model, const std::string& dir) {
   Decoder src = load_model_dir(dir);
@@ -154,6 +223,12 @@ EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64
 
 TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resume, int stop_after) {
   const auto& t = cfg.train;
+  if (resume) {
+    check_resume_config(cfg, out_dir);
+  } else if (const std::string prev = previous_training(out_dir); !prev.empty()) {
+    throw Error(out_dir + " already holds " + prev +
+                ": continue it with --resume, or pass --force to train afresh and replace it");
+  }
   at::set_num_threads(t.threads > 0 ? t.threads
                                     : static_cast<int>(std::thread::hardware_concurrency()));
   fs::create_directories(out_dir);

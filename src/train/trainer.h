@@ -22,8 +22,17 @@ struct TrainResult {
 // out_dir/checkpoint and reaches the same state as an uninterrupted run.
 // stop_after > 0 ends the run after that many steps without writing the final model, as a kill
 // would (tests use it to check resume).
+// Without resume, out_dir must not hold a finished model (model.safetensors) or a checkpoint
+// (training would silently replace them): that throws phasekv::Error, unless
+// clear_previous_training(out_dir) removed them first (`train --force`). With resume, the
+// config must equal the one in out_dir/train.json in everything but [train] steps: a changed key
+// throws naming it.
 TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resume,
                   int stop_after = 0);
+
+// Removes what a previous training left in out_dir (checkpoints, model files, train.json, log)
+// so that a fresh run may start there. Returns whether there was anything to remove.
+bool clear_previous_training(const std::string& out_dir);
 
 // Copies the weights of the model directory `dir` into `model`. Throws phasekv::Error naming the
 // directory when it cannot be loaded or its config differs from `model`'s.
