@@ -1,0 +1,340 @@
+// Regression tests for the red-team findings of issue 20 (hostile configs, flags and runs): a
+// port already in use, unbounded thread counts, integers that wrap, training output safety.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+
+#include "config/model_config.h"
+#include "test_util.h"
+#include "train/train_config.h"
+#include "train/trainer.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+const std::string kBin = PHASEKV_BINARY;
+
+struct CmdResult {
+  int status = -1;  // exit status; 128 + signal when killed
+  std::string err;  // stderr and stdout together
+};
+
+// `phasekv ARGS` under a 30 s timeout (a command that should have failed must not hang the test).
+CmdResult phasekv(const std::string& args, const fs::path& dir) {
+  const fs::path log = dir / "cmd.log";
+  const std::string cmd =
+      "timeout 30 " + kBin + " " + args + " > " + log.string() + " 2>&1";
+  const int st = std::system(cmd.c_str());
+  CmdResult r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.err = test::slurp(log);
+  return r;
+}
+
+bool has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// A tiny training config (trains 12 steps in well under a second).
+const char* kTrainToml = R"(
+[model]
+vocab_size = 29
+d_model = 16
+n_layers = 1
+n_heads = 2
+n_kv_heads = 1
+head_dim = 8
+d_ff = 32
+max_context = 64
+[model.attention]
+kind = "chunked"
+stride = 4
+width = 4
+n_win = 1
+[task]
+name = "kv"
+n_keys = 8
+n_values = 8
+n_filler = 8
+n_records = 2
+context_len = 16
+[train]
+steps = 12
+batch = 4
+lr = 0.003
+warmup = 1
+seed = 5
+threads = 1
+log_every = 2
+eval_every = 6
+eval_examples = 8
+checkpoint_every = 4
+)";
+
+// kTrainToml with `line` replacing the line that starts with the same key.
+std::string toml_with(const std::string& line) {
+  const std::string key = line.substr(0, line.find(' '));
+  return std::regex_replace(std::string(kTrainToml), std::regex("\n" + key + " = [^\n]*\n"),
+                            "\n" + line + "\n");
+}
+
+fs::path write_toml(const fs::path& dir, const std::string& text, const std::string& name) {
+  const fs::path p = dir / name;
+  test::write_text(p, text);
+  return p;
+}
+
+// A model directory for `serve`.
+fs::path tiny_model(const fs::path& dir) {
+  const fs::path m = dir / "model";
+  const CmdResult r = phasekv(
+      "init --config " + (fs::path(PHASEKV_SOURCE_DIR) / "configs/tiny-chunked.json").string() +
+          " --out " + m.string(),
+      dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  return m;
+}
+
+// ---- item 2: a port in use ----------------------------------------------------------------
+
+// httplib's default SO_REUSEPORT let a second server bind a listening port and the kernel split
+// connections between the two models. The second one must fail.
+TEST(HardeningServe, SecondServerOnAPortInUseFails) {
+  const fs::path dir = test::temp_dir("hard_port");
+  const fs::path model = tiny_model(dir);
+  test::ServeProcess first(kBin, model.string(), dir / "first.log");
+  ASSERT_FALSE(first.endpoint().empty()) << first.log();
+  const std::string port = first.endpoint().substr(first.endpoint().rfind(':') + 1);
+  const CmdResult second = phasekv(
+      "serve --model " + model.string() + " --port " + port + " --torch-threads 1", dir);
+  EXPECT_NE(second.status, 0) << second.err;
+  EXPECT_NE(second.status, 124) << "the second server ran until the timeout: " << second.err;
+  EXPECT_TRUE(has(second.err, "address in use")) << second.err;
+  EXPECT_TRUE(has(second.err, ":" + port)) << second.err;
+  EXPECT_EQ(first.stop(), 0) << first.log();
+  fs::remove_all(dir);
+}
+
+// ---- item 4: thread counts ----------------------------------------------------------------
+
+TEST(HardeningThreads, FlagsOutOfRangeAreRefusedNamingTheFlagAndRange) {
+  const fs::path dir = test::temp_dir("hard_threads");
+  const fs::path model = tiny_model(dir);
+  const std::string m = " --model " + model.string();
+  struct Case {
+    std::string args, flag;
+  };
+  const std::vector<Case> cases = {
+      {"sweep" + m + " --task kv --examples 1 --out " + (dir / "s").string() + " --threads 100000",
+       "--threads"},
+      {"sweep" + m + " --task kv --examples 1 --out " + (dir / "s").string() + " --threads -2",
+       "--threads"},
+      {"serve" + m + " --port 0 --torch-threads -3", "--torch-threads"},
+      {"serve" + m + " --port 0 --torch-threads 100000", "--torch-threads"},
+      {"serve" + m + " --port 0 --torch-threads 1 --threads 100000", "--threads"},
+      {"serve" + m + " --port 0 --torch-threads 1 --threads -1", "--threads"},
+  };
+  for (const auto& c : cases) {
+    const CmdResult r = phasekv(c.args, dir);
+    EXPECT_NE(r.status, 0) << c.args << "\n" << r.err;
+    EXPECT_NE(r.status, 124) << c.args << ": ran until the timeout\n" << r.err;
+    EXPECT_TRUE(has(r.err, c.flag)) << c.args << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, "allowed: 0..") || has(r.err, "range 1 to 1024")) << c.args << "\n"
+                                                                             << r.err;
+  }
+  // In range still works: serve --torch-threads 1 is what every serve test uses.
+  fs::remove_all(dir);
+}
+
+TEST(HardeningThreads, TomlThreadsOutOfRangeAreRefused) {
+  const fs::path dir = test::temp_dir("hard_toml_threads");
+  for (const char* v : {"threads = -3", "threads = 100000"}) {
+    const fs::path p = write_toml(dir, toml_with(v), "t.toml");
+    try {
+      train_config_from_file(p.string());
+      ADD_FAILURE() << v << ": no error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), "'threads'")) << e.what();
+      EXPECT_TRUE(has(e.what(), "allowed: 0..")) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(train_config_from_file(write_toml(dir, toml_with("threads = 0"), "t.toml")));
+  fs::remove_all(dir);
+}
+
+// ---- item 5: integers of 2^32 and more ----------------------------------------------------
+
+TEST(HardeningIntegers, ModelConfigVocabOf2To32Plus85IsAnErrorNotVocab85) {
+  json j = json::parse(test::slurp(fs::path(PHASEKV_SOURCE_DIR) / "configs/tiny-chunked.json"));
+  j["vocab_size"] = (int64_t{1} << 32) + 85;
+  const fs::path dir = test::temp_dir("hard_vocab");
+  write_file_atomic((dir / "config.json").string(), j.dump());
+  try {
+    const ModelConfig c = model_config_from_file((dir / "config.json").string());
+    ADD_FAILURE() << "read as vocab_size " << c.vocab_size;
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "vocab_size")) << e.what();
+    EXPECT_TRUE(has(e.what(), "4294967381")) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(HardeningIntegers, TomlStepsAndSeedOutOfRangeNameTheValueAsWritten) {
+  const fs::path dir = test::temp_dir("hard_toml_ints");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"steps = 4294967297", "4294967297"},
+      {"seed = -1", "-1"},
+      {"batch = 4294967300", "4294967300"},
+      {"seed = 18446744073709551615", ""},  // beyond TOML's int64: a parse error is fine
+  };
+  for (const auto& [line, value] : cases) {
+    const fs::path p = write_toml(dir, toml_with(line), "t.toml");
+    try {
+      const TrainConfig c = train_config_from_file(p.string());
+      ADD_FAILURE() << line << ": accepted (steps " << c.train.steps << ", seed " << c.train.seed
+                    << ")";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), value)) << line << ": " << e.what();
+      if (!value.empty()) {
+        EXPECT_TRUE(has(e.what(), line.substr(0, line.find(' ')))) << e.what();
+      }
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(HardeningIntegers, CliIntegersDoNotWrap) {
+  const fs::path dir = test::temp_dir("hard_cli_ints");
+  const std::string cfg = (fs::path(PHASEKV_SOURCE_DIR) / "configs/tiny-chunked.json").string();
+  // A uint64_t flag: CLI11 reads "-1" as 2^64 - 1.
+  CmdResult r = phasekv("init --config " + cfg + " --out " + (dir / "m").string() + " --seed -1", dir);
+  EXPECT_NE(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "--seed")) << r.err;
+  EXPECT_TRUE(has(r.err, "-1")) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "m"));
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  r = phasekv("train --config " + toml.string() + " --out " + (dir / "t").string() +
+                  " --steps 4294967297",
+              dir);
+  EXPECT_NE(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "4294967297")) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "t" / "model.safetensors"));
+  fs::remove_all(dir);
+}
+
+// ---- item 8: training output safety -------------------------------------------------------
+
+std::string train_args(const fs::path& toml, const fs::path& out) {
+  return "train --config " + toml.string() + " --out " + out.string();
+}
+
+int log_lines(const fs::path& out) {
+  const std::string text = test::slurp(out / "train_log.jsonl");
+  return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+}
+
+TEST(HardeningTrain, StepsBelowOneAreRejected) {
+  const fs::path dir = test::temp_dir("hard_steps");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  for (const char* s : {"0", "-1"}) {
+    const CmdResult r = phasekv(train_args(toml, dir / "out") + " --steps " + s, dir);
+    EXPECT_EQ(r.status, 2) << s << ": " << r.err;
+    EXPECT_TRUE(has(r.err, "--steps is " + std::string(s))) << r.err;
+    EXPECT_FALSE(fs::exists(dir / "out" / "model.safetensors")) << s;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(HardeningTrain, AFinishedModelIsNotOverwrittenWithoutForce) {
+  const fs::path dir = test::temp_dir("hard_overwrite");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  const fs::path out = dir / "out";
+  CmdResult r = phasekv(train_args(toml, out), dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string weights = test::slurp(out / "model.safetensors");
+  ASSERT_FALSE(weights.empty());
+  // Another seed would silently replace the model.
+  const fs::path other = write_toml(dir, toml_with("seed = 6"), "other.toml");
+  r = phasekv(train_args(other, out), dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "already holds a finished model")) << r.err;
+  EXPECT_TRUE(has(r.err, "--force")) << r.err;
+  EXPECT_EQ(test::slurp(out / "model.safetensors"), weights) << "the model was replaced";
+  // --force trains afresh and replaces it.
+  r = phasekv(train_args(other, out) + " --force", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(test::slurp(out / "model.safetensors"), weights);
+  EXPECT_EQ(log_lines(out), 6);
+  EXPECT_TRUE(has(test::slurp(out / "train.json"), "\"seed\": 6"));
+  r = phasekv(train_args(other, out) + " --force --resume", dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(HardeningTrain, ACheckpointIsNotOverwrittenWithoutForce) {
+  const fs::path dir = test::temp_dir("hard_ckpt");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  const fs::path out = dir / "out";
+  const TrainConfig cfg = train_config_from_file(toml.string());
+  train(cfg, out.string(), false, /*stop_after=*/5);  // killed after step 5: a step-4 checkpoint
+  ASSERT_TRUE(fs::exists(out / "checkpoint"));
+  ASSERT_FALSE(fs::exists(out / "model.safetensors"));
+  try {
+    train(cfg, out.string(), false);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "already holds a checkpoint")) << e.what();
+  }
+  const CmdResult r = phasekv(train_args(toml, out), dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--resume")) << r.err;
+  // The checkpoint is intact: resuming reaches the end.
+  const CmdResult resumed = phasekv(train_args(toml, out) + " --resume", dir);
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_TRUE(has(resumed.err, "resumed from step 4")) << resumed.err;
+  EXPECT_EQ(log_lines(out), 6);
+  fs::remove_all(dir);
+}
+
+TEST(HardeningTrain, AResumeWithAChangedConfigIsRefusedNamingTheKey) {
+  const fs::path dir = test::temp_dir("hard_resume_cfg");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  const fs::path out = dir / "out";
+  const TrainConfig cfg = train_config_from_file(toml.string());
+  train(cfg, out.string(), false, /*stop_after=*/5);
+  const std::string train_json = test::slurp(out / "train.json");
+  struct Case {
+    std::string line, key;
+  };
+  for (const auto& c : std::vector<Case>{{"lr = 0.01", "train.lr"},
+                                         {"batch = 8", "train.batch"},
+                                         {"d_model = 32", "model.d_model"},
+                                         {"n_records = 3", "task.n_records"}}) {
+    const fs::path changed = write_toml(dir, toml_with(c.line), "changed.toml");
+    const CmdResult r = phasekv(train_args(changed, out) + " --resume", dir);
+    EXPECT_EQ(r.status, 2) << c.line << ": " << r.err;
+    EXPECT_TRUE(has(r.err, c.key)) << c.line << ": " << r.err;
+    EXPECT_EQ(test::slurp(out / "train.json"), train_json) << c.line << ": train.json rewritten";
+  }
+  // The step count may change (a run extended), from the flag or the file.
+  const fs::path longer = write_toml(dir, toml_with("steps = 14"), "longer.toml");
+  CmdResult r = phasekv(train_args(longer, out) + " --resume", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(log_lines(out), 7);
+  r = phasekv(train_args(toml, out) + " --resume --steps 16", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(log_lines(out), 8);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace phasekv
