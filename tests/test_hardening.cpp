@@ -28,11 +28,12 @@ struct CmdResult {
   std::string err;  // stderr and stdout together
 };
 
-// `phasekv ARGS` under a 30 s timeout (a command that should have failed must not hang the test).
+// `phasekv ARGS` under a 30 s timeout, by SIGKILL (a server with thousands of threads ignored
+// SIGTERM): a command that should have failed must not hang the test.
 CmdResult phasekv(const std::string& args, const fs::path& dir) {
   const fs::path log = dir / "cmd.log";
   const std::string cmd =
-      "timeout 30 " + kBin + " " + args + " > " + log.string() + " 2>&1";
+      "timeout -s KILL 30 " + kBin + " " + args + " > " + log.string() + " 2>&1";
   const int st = std::system(cmd.c_str());
   CmdResult r;
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -134,9 +135,9 @@ TEST(HardeningThreads, FlagsOutOfRangeAreRefusedNamingTheFlagAndRange) {
     std::string args, flag;
   };
   const std::vector<Case> cases = {
-      {"sweep" + m + " --task kv --examples 1 --out " + (dir / "s").string() + " --threads 100000",
+      {"sweep" + m + " --task kv --examples 1 --modulus 4 --padding prefix --out " + (dir / "s").string() + " --threads 100000",
        "--threads"},
-      {"sweep" + m + " --task kv --examples 1 --out " + (dir / "s").string() + " --threads -2",
+      {"sweep" + m + " --task kv --examples 1 --modulus 4 --padding prefix --out " + (dir / "s").string() + " --threads -2",
        "--threads"},
       {"serve" + m + " --port 0 --torch-threads -3", "--torch-threads"},
       {"serve" + m + " --port 0 --torch-threads 100000", "--torch-threads"},
