@@ -44,6 +44,27 @@ TEST(RepeatTask, SecondHalfRepeatsDistinctContentTokensAndEveryRepeatTokenIsATar
   EXPECT_EQ(r.positions, want);
 }
 
+TEST(RepeatTask, UnmarkedRepeatHasNoQueryTokenAndTargetsFromItsSecondToken) {
+  const TaskConfig c = small_task();
+  std::mt19937_64 a(7), b(7);
+  const RepeatSequence marked = sample_repeat_sequence(c, a, 20);
+  const RepeatSequence r = sample_repeat_sequence(c, b, 20, false);
+  const int n = 9;
+  ASSERT_EQ(r.tokens.size(), 19u);  // <bos> + 2 n
+  for (int32_t t : r.tokens) EXPECT_NE(t, TaskVocab::kQuery);
+  for (int i = 0; i < n; ++i) {
+    // Same draw as the marked form, without the <q> between the copies.
+    EXPECT_EQ(r.tokens[static_cast<size_t>(1 + i)], marked.tokens[static_cast<size_t>(1 + i)]);
+    EXPECT_EQ(r.tokens[static_cast<size_t>(n + 1 + i)], r.tokens[static_cast<size_t>(1 + i)]);
+  }
+  // The second s1 (position n + 1) predicts s2; the first token of the copy is not predictable.
+  std::vector<int> want;
+  for (int p = n + 1; p <= 17; ++p) want.push_back(p);
+  EXPECT_EQ(r.positions, want);
+  for (int p : r.positions)
+    EXPECT_EQ(r.tokens[static_cast<size_t>(p + 1)], r.tokens[static_cast<size_t>(p - n + 1)]);
+}
+
 TEST(RepeatTask, SameRngSameSequenceAndDifferentSeedsDiffer) {
   const TaskConfig c = small_task();
   std::mt19937_64 a(1), b(1), other(2);
@@ -114,6 +135,13 @@ TEST(RepeatTask, RepeatFractionIsReadAndRangeChecked) {
              "context_len": 16},
     "train": {"repeat_fraction": 0.25}})");
   EXPECT_DOUBLE_EQ(train_config_from_json(j, "t.toml", ".").train.repeat_fraction, 0.25);
+  EXPECT_TRUE(train_config_from_json(j, "t.toml", ".").train.repeat_marker);
+  j["train"]["repeat_marker"] = false;
+  const TrainConfig unmarked = train_config_from_json(j, "t.toml", ".");
+  EXPECT_FALSE(unmarked.train.repeat_marker);
+  EXPECT_EQ(train_options_to_json(unmarked.train).at("repeat_marker"), false);
+  EXPECT_FALSE(train_options_to_json(TrainOptions{}).contains("repeat_marker"));
+  j["train"].erase("repeat_marker");
   j["train"]["repeat_fraction"] = 1.5;
   try {
     train_config_from_json(j, "t.toml", ".");

@@ -9,14 +9,14 @@
 namespace phasekv {
 
 TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
-                                  double repeat_fraction) {
+                                  double repeat_fraction, bool repeat_marker) {
   const int n_repeat = static_cast<int>(std::lround(repeat_fraction * B));
   std::vector<std::vector<int32_t>> seqs;
   std::vector<std::vector<int>> loss_at;
   size_t T = 0;
   for (int b = 0; b < B; ++b) {
     if (b < n_repeat) {
-      RepeatSequence r = sample_repeat_sequence(task, rng, draw_repeat_length(task, rng));
+      RepeatSequence r = sample_repeat_sequence(task, rng, draw_repeat_length(task, rng), repeat_marker);
       seqs.push_back(std::move(r.tokens));
       loss_at.push_back(std::move(r.positions));
     } else {

@@ -16,9 +16,10 @@ struct TrainingBatch {
 };
 
 // The first round(repeat_fraction * B) rows are repeated random sequences of the task's lengths,
-// with a target at every repeated token; the rest are task examples (random prefix padding in
+// (marked with <q> unless repeat_marker is false), with a target at every predictable repeated
+// token; the rest are task examples (random prefix padding in
 // [0, M) when M > 1) with targets at their answers. Consumes `rng` in row order.
 TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
-                                  double repeat_fraction);
+                                  double repeat_fraction, bool repeat_marker = true);
 
 }  // namespace phasekv

@@ -16,7 +16,8 @@ int shortest(const TaskConfig& c) {
 }
 }  // namespace
 
-RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len) {
+RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len,
+                                      bool marked) {
   const int n_content = content_tokens(c);
   const int n = len / 2 - 1;
   if (len % 2 != 0 || n < 2 || n > n_content)
@@ -35,9 +36,11 @@ RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng,
   RepeatSequence out;
   out.tokens.push_back(TaskVocab::kBos);
   out.tokens.insert(out.tokens.end(), pool.begin(), pool.begin() + n);
-  out.tokens.push_back(TaskVocab::kQuery);
+  if (marked) out.tokens.push_back(TaskVocab::kQuery);
   out.tokens.insert(out.tokens.end(), pool.begin(), pool.begin() + n);
-  for (int p = n + 1; p < len - 1; ++p) out.positions.push_back(p);
+  // Marked: <q> sits at n + 1 and predicts s1. Unmarked: the second s1 sits at n + 1 and predicts s2.
+  const int last = static_cast<int>(out.tokens.size()) - 1;
+  for (int p = n + 1; p < last; ++p) out.positions.push_back(p);
   return out;
 }
 

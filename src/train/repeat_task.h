@@ -25,8 +25,14 @@ struct RepeatSequence {
 
 // A sequence of `len` tokens (len even, >= 6): n = len / 2 - 1 distinct content tokens (keys,
 // values and fillers of `c`'s vocabulary, so the same embeddings are trained) and their repeat.
-// The loss covers <q> -> s1 and every token of the repeat but the last.
-RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len);
+// marked (the default): `<bos> s1..sn <q> s1..sn`; the loss covers <q> -> s1 and every token of
+// the repeat but the last. Unmarked: `<bos> s1..sn s1..sn` (len - 1 tokens); nothing announces the
+// repeat, so the loss covers the repeat from its second token (s2..sn). Why both: a model trained
+// on marked repeats may learn an induction head that only fires after <q>, which transfers to the
+// kv task (its queries follow <q>) but not to the lookup task, whose demonstrations and target
+// carry no marker; unmarked repeats can only be followed by matching content.
+RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len,
+                                      bool marked = true);
 
 // The task's training lengths, uniform in [min_context_len (or context_len), context_len], rounded
 // down to even: repeat rows are as long as the task rows they replace.

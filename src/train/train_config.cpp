@@ -43,7 +43,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
       "beta1",         "beta2",           "clip",
       "seed",          "threads",         "offset_randomization",
       "precision",     "log_every",       "eval_every",    "init_from",
-      "eval_examples", "checkpoint_every", "repeat_fraction"};
+      "eval_examples", "checkpoint_every", "repeat_fraction", "repeat_marker"};
   json_read::check_keys(j, keys, where);
   TrainOptions t;
   read(j, "steps", t.steps, where);
@@ -61,6 +61,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   read(j, "precision", t.precision, where);
   read(j, "init_from", t.init_from, where);
   read(j, "repeat_fraction", t.repeat_fraction, where);
+  read(j, "repeat_marker", t.repeat_marker, where);
   read(j, "log_every", t.log_every, where);
   read(j, "eval_every", t.eval_every, where);
   read(j, "eval_examples", t.eval_examples, where);
@@ -89,7 +90,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
 }  // namespace
 
 nlohmann::json train_options_to_json(const TrainOptions& t) {
-  return {{"steps", t.steps},
+  nlohmann::json j = {{"steps", t.steps},
           {"batch", t.batch},
           {"lr", t.lr},
           {"min_lr_ratio", t.min_lr_ratio},
@@ -108,6 +109,9 @@ nlohmann::json train_options_to_json(const TrainOptions& t) {
           {"eval_every", t.eval_every},
           {"eval_examples", t.eval_examples},
           {"checkpoint_every", t.checkpoint_every}};
+  // Written only when off, so configs and checkpoints of runs from before the key stay unchanged.
+  if (!t.repeat_marker) j["repeat_marker"] = false;
+  return j;
 }
 
 TrainConfig train_config_from_json(const json& j, const std::string& where,

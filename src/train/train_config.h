@@ -32,6 +32,9 @@ struct TrainOptions {
   // Share of each batch given to repeated random sequences (dense induction targets, see
   // train/repeat_task.h) instead of task examples; 0 = task only, 1 = a pure warm-up stage.
   double repeat_fraction = 0.0;
+  // Whether a repeat is announced by <q> (`<bos> s1..sn <q> s1..sn`) or not (`<bos> s1..sn s1..sn`);
+  // see train/repeat_task.h for why the lookup task needs unmarked repeats.
+  bool repeat_marker = true;
   int log_every = 50;
   int eval_every = 500;
   int eval_examples = 256;
