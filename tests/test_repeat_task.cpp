@@ -65,6 +65,35 @@ TEST(RepeatTask, UnmarkedRepeatHasNoQueryTokenAndTargetsFromItsSecondToken) {
     EXPECT_EQ(r.tokens[static_cast<size_t>(p + 1)], r.tokens[static_cast<size_t>(p - n + 1)]);
 }
 
+TEST(RepeatTask, LookupRepeatsAreAsLongAsItsPaddedRows) {
+  TaskConfig c;
+  c.kind = TaskKind::kLookup;
+  c.n_keys = 32;
+  c.n_values = 32;
+  c.n_filler = 8;
+  c.n_records = 12;
+  c.n_demos = 8;
+  c.context_len = 43;  // the minimum 2 R + 2 D + 3: every row is 43 + 4 M - 2 tokens long
+  std::mt19937_64 rng(3);
+  for (int M : {0, 1, 8}) {
+    const int want = (43 + 4 * std::max(M, 1) - 2) & ~1;
+    EXPECT_EQ(draw_repeat_length(c, rng, M), want) << "M = " << M;
+    EXPECT_EQ(static_cast<int>(make_training_batch(c, rng, 2, M, 1.0).tokens.size(1)), want);
+    // Unmarked rows lack the <q>: one token shorter.
+    EXPECT_EQ(static_cast<int>(make_training_batch(c, rng, 2, M, 1.0, false).tokens.size(1)),
+              want - 1);
+  }
+  TaskConfig kv = small_task();
+  EXPECT_EQ(draw_repeat_length(kv, rng, 8), 20);  // kv rows carry no padding of their own
+  // 72 content tokens repeat at most 146 tokens; M = 40 asks for 43 + 158.
+  try {
+    check_repeat_lengths(c, 40, "t.toml");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plus 158 padding fillers"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RepeatTask, SameRngSameSequenceAndDifferentSeedsDiffer) {
   const TaskConfig c = small_task();
   std::mt19937_64 a(1), b(1), other(2);

@@ -16,7 +16,7 @@ TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, 
   size_t T = 0;
   for (int b = 0; b < B; ++b) {
     if (b < n_repeat) {
-      RepeatSequence r = sample_repeat_sequence(task, rng, draw_repeat_length(task, rng), repeat_marker);
+      RepeatSequence r = sample_repeat_sequence(task, rng, draw_repeat_length(task, rng, M), repeat_marker);
       seqs.push_back(std::move(r.tokens));
       loss_at.push_back(std::move(r.positions));
     } else {

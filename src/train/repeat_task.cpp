@@ -3,6 +3,7 @@
 #include <string>
 #include <utility>
 
+#include "task/lookup.h"
 #include "util/error.h"
 
 namespace phasekv {
@@ -13,6 +14,11 @@ int content_tokens(const TaskConfig& c) {
 }
 int shortest(const TaskConfig& c) {
   return c.min_context_len == 0 ? c.context_len : c.min_context_len;
+}
+// Tokens every training row of the task carries beyond its logical length.
+int row_padding(const TaskConfig& c, int offset_randomization) {
+  return c.kind == TaskKind::kLookup ? lookup::padding_tokens(std::max(offset_randomization, 1))
+                                     : 0;
 }
 }  // namespace
 
@@ -44,18 +50,25 @@ RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng,
   return out;
 }
 
-int draw_repeat_length(const TaskConfig& c, std::mt19937_64& rng) {
+int draw_repeat_length(const TaskConfig& c, std::mt19937_64& rng, int offset_randomization) {
   const int lo = shortest(c);
-  return (lo + static_cast<int>(rng() % static_cast<uint64_t>(c.context_len - lo + 1))) & ~1;
+  const int len = lo + static_cast<int>(rng() % static_cast<uint64_t>(c.context_len - lo + 1));
+  return (len + row_padding(c, offset_randomization)) & ~1;
 }
 
-void check_repeat_lengths(const TaskConfig& c, const std::string& where) {
-  const int lo = shortest(c) & ~1, hi = c.context_len & ~1, most = 2 * content_tokens(c) + 2;
+void check_repeat_lengths(const TaskConfig& c, int offset_randomization, const std::string& where) {
+  const int pad = row_padding(c, offset_randomization);
+  const int lo = (shortest(c) + pad) & ~1, hi = (c.context_len + pad) & ~1,
+            most = 2 * content_tokens(c) + 2;
   if (lo < 6 || hi > most)
     throw Error(where + ": repeat_fraction > 0 needs task lengths in [6, " + std::to_string(most) +
                 "] (the repeated tokens are distinct: at most n_keys + n_values + n_filler = " +
                 std::to_string(content_tokens(c)) + " of them), but [task] gives [" +
-                std::to_string(shortest(c)) + ", " + std::to_string(c.context_len) + "]");
+                std::to_string(shortest(c)) + ", " + std::to_string(c.context_len) + "]" +
+                (pad > 0 ? " plus " + std::to_string(pad) +
+                               " padding fillers (lookup rows at offset_randomization " +
+                               std::to_string(offset_randomization) + ")"
+                         : std::string()));
 }
 
 }  // namespace phasekv

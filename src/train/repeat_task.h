@@ -35,11 +35,14 @@ RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng,
                                       bool marked = true);
 
 // The task's training lengths, uniform in [min_context_len (or context_len), context_len], rounded
-// down to even: repeat rows are as long as the task rows they replace.
-int draw_repeat_length(const TaskConfig& c, std::mt19937_64& rng);
+// down to even: repeat rows are as long as the task rows they replace. A lookup row also carries
+// the 4M - 2 padding fillers of its modulus M = max(offset_randomization, 1) (task/lookup.h), so
+// its repeats are that much longer: an induction head trained only on shorter distances did not
+// reach the lookup's records (docs/FINDINGS.md).
+int draw_repeat_length(const TaskConfig& c, std::mt19937_64& rng, int offset_randomization);
 
 // Throws phasekv::Error (naming `where`) unless every length draw_repeat_length can return
 // builds a sequence: at least 6 tokens, and no more distinct tokens than the vocabulary has.
-void check_repeat_lengths(const TaskConfig& c, const std::string& where);
+void check_repeat_lengths(const TaskConfig& c, int offset_randomization, const std::string& where);
 
 }  // namespace phasekv

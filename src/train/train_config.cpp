@@ -147,7 +147,8 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
     throw Error(where + ": [model] vocab_size is " + std::to_string(c.model.vocab_size) +
                 " but the task's vocabulary has " + std::to_string(vocab) +
                 " tokens (5 specials + n_keys + n_values + n_filler)");
-  if (c.train.repeat_fraction > 0) check_repeat_lengths(c.task, where + ": [train]");
+  if (c.train.repeat_fraction > 0)
+    check_repeat_lengths(c.task, c.train.offset_randomization, where + ": [train]");
   c.source = {{"model", model_config_to_json(c.model)},
               {"task", task_config_to_json(c.task)},
               {"train", train_options_to_json(c.train)}};
