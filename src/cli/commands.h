@@ -14,6 +14,7 @@ void register_serve(CLI::App& app);
 void register_audit(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_repro(CLI::App& app);
+void register_theory(CLI::App& app);
 
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
 void set_threads(int n);

@@ -5,6 +5,7 @@
 // scripts or stylesheets from the network): a report must open on an offline machine and stay
 // readable when archived next to its results.
 #pragma once
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -68,6 +69,25 @@ std::string compare_table(const PhaseSeries& series);
 // into `dir` (created if missing), each atomically.
 void write_sweep_outputs(const std::string& dir, const std::string& label,
                          const PhaseSummary& summary, const nlohmann::json& meta);
+
+// A line chart: one polyline per series (solid or dashed, optional markers and error bars),
+// nice ticks on both axes, a legend right of the plot. Axis bounds left NaN come from the data.
+// Throws phasekv::Error on an empty series list or a series whose vectors differ in length.
+struct LineSeries {
+  std::string label;
+  std::vector<double> x, y;
+  std::vector<double> lo, hi;  // error bars: empty, or one per point
+  bool dashed = false;
+  bool markers = false;
+  int colour = -1;  // Okabe-Ito palette index; -1: the series' position
+};
+struct LineChart {
+  std::string title, caption, x_label, y_label;
+  std::vector<LineSeries> series;
+  double x_lo = NAN, x_hi = NAN, y_lo = NAN, y_hi = NAN;
+  bool x_integer_ticks = false;  // ticks at whole numbers only (counts such as heads)
+};
+std::string line_svg(const LineChart& c);
 
 // Text pieces shared by the renderers (and handy for CLI messages).
 std::string xml_escape(std::string_view text);

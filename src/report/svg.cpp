@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "report/report.h"
@@ -203,6 +204,132 @@ std::string phase_svg(const PhaseSeries& series, const std::string& title) {
   }
   if (series.size() > 1) out += svg_legend(f, series);
   return out + "</svg>\n";
+}
+
+}  // namespace phasekv
+
+// -------------------------------------------------------------------------------------------------
+// Line charts (`phasekv theory`: trajectories over flow time, coverage against heads).
+
+namespace phasekv {
+namespace {
+
+// Tick step 1, 2 or 5 x 10^k giving about `target` intervals over span > 0.
+double nice_step(double span, int target) {
+  const double raw = span / target;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0})
+    if (raw <= m * mag * 1.0000001) return m * mag;
+  return 10.0 * mag;
+}
+
+// [lo, hi] from the data when a bound is NaN; a degenerate range is widened around its value.
+std::pair<double, double> axis_range(double lo, double hi, double data_lo, double data_hi) {
+  if (std::isnan(lo)) lo = data_lo;
+  if (std::isnan(hi)) hi = data_hi;
+  if (!(hi > lo)) {
+    const double pad = lo == 0.0 ? 1.0 : std::abs(lo) * 0.1;
+    lo -= pad;
+    hi += pad;
+  }
+  return {lo, hi};
+}
+
+std::string tick_label(double v, double step) {
+  if (std::abs(v) < step * 1e-9) v = 0.0;
+  const int decimals = step >= 1.0 ? 0 : static_cast<int>(std::ceil(-std::log10(step) - 1e-9));
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+}  // namespace
+
+std::string line_svg(const LineChart& c) {
+  if (c.series.empty()) throw Error("line_svg: no series to plot");
+  double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+  size_t longest = 0;
+  for (const LineSeries& s : c.series) {
+    if (s.x.size() != s.y.size())
+      throw Error("line_svg: series '" + s.label + "' has " + std::to_string(s.x.size()) +
+                  " x values and " + std::to_string(s.y.size()) + " y values");
+    if ((!s.lo.empty() && s.lo.size() != s.y.size()) || s.lo.size() != s.hi.size())
+      throw Error("line_svg: series '" + s.label + "' has error bars of the wrong length");
+    for (size_t i = 0; i < s.x.size(); ++i) {
+      xmin = std::min(xmin, s.x[i]);
+      xmax = std::max(xmax, s.x[i]);
+      ymin = std::min(ymin, s.lo.empty() ? s.y[i] : s.lo[i]);
+      ymax = std::max(ymax, s.hi.empty() ? s.y[i] : s.hi[i]);
+    }
+    longest = std::max(longest, s.label.size());
+  }
+  if (!(xmax >= xmin)) xmin = xmax = ymin = ymax = 0.0;  // no points at all
+  const auto [x0, x1] = axis_range(c.x_lo, c.x_hi, xmin, xmax);
+  const auto [y0, y1] = axis_range(c.y_lo, c.y_hi, ymin, ymax);
+  Frame f;
+  f.right = 48 + 7.6 * static_cast<double>(std::min(longest, kLegendChars));
+  f.width += f.right - 24;
+  auto px = [&](double v) { return f.left + (std::clamp(v, x0, x1) - x0) / (x1 - x0) * f.plot_w(); };
+  auto py = [&](double v) {
+    return f.top + f.plot_h() - (std::clamp(v, y0, y1) - y0) / (y1 - y0) * f.plot_h();
+  };
+  std::string out = svg_open(f, c.title);
+  if (!c.caption.empty())
+    out += fmt::format("<text x=\"{:.1f}\" y=\"42\" fill=\"#555555\" font-size=\"11\">{}</text>\n",
+                       f.left, xml_escape(c.caption));
+  const double ys = nice_step(y1 - y0, 5);
+  for (double v = std::ceil(y0 / ys - 1e-9) * ys; v <= y1 + ys * 1e-9; v += ys)
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{2:.1f}\" x2=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#dddddd\"/>\n"
+        "<text x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        f.left, f.left + f.plot_w(), py(v), f.left - 6, py(v) + 4, tick_label(v, ys));
+  const double xs = c.x_integer_ticks ? std::max(1.0, nice_step(x1 - x0, 8)) : nice_step(x1 - x0, 8);
+  const double base = f.top + f.plot_h();
+  for (double v = std::ceil(x0 / xs - 1e-9) * xs; v <= x1 + xs * 1e-9; v += xs)
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#333333\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
+        px(v), base, base + 4, base + 16, tick_label(v, xs));
+  out += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
+      "stroke=\"#333333\"/>\n"
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n"
+      "<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+      f.left, f.top, f.plot_w(), f.plot_h(), f.left + f.plot_w() / 2, base + 40,
+      xml_escape(c.x_label), f.left - 44, f.top + f.plot_h() / 2, xml_escape(c.y_label));
+  std::string legend = "<g class=\"legend\">\n";
+  for (size_t i = 0; i < c.series.size(); ++i) {
+    const LineSeries& s = c.series[i];
+    const char* colour = kPalette[(s.colour >= 0 ? static_cast<size_t>(s.colour) : i) % kPaletteSize];
+    const char* dash = s.dashed ? " stroke-dasharray=\"6,4\"" : "";
+    out += fmt::format("<g class=\"series\" data-label=\"{}\">\n", xml_escape(s.label));
+    if (s.x.size() > 1) {
+      std::string d;
+      for (size_t k = 0; k < s.x.size(); ++k)
+        d += fmt::format("{}{:.1f},{:.1f}", k ? "L" : "M", px(s.x[k]), py(s.y[k]));
+      out += fmt::format("<path class=\"line\" d=\"{}\" stroke=\"{}\" fill=\"none\" "
+                         "stroke-width=\"1.5\"{}/>\n",
+                         d, colour, dash);
+    }
+    for (size_t k = 0; k < s.x.size(); ++k) {
+      if (!s.lo.empty())
+        out += fmt::format(
+            "<path class=\"errbar\" d=\"M{0:.1f},{1:.1f}V{2:.1f}M{3:.1f},{1:.1f}H{4:.1f}M{3:.1f},"
+            "{2:.1f}H{4:.1f}\" stroke=\"{5}\" fill=\"none\"/>\n",
+            px(s.x[k]), py(s.lo[k]), py(s.hi[k]), px(s.x[k]) - 3, px(s.x[k]) + 3, colour);
+      if (s.markers || s.x.size() == 1)
+        out += fmt::format(
+            "<circle class=\"point\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3\" fill=\"{}\">"
+            "<title>{}: ({:.4g}, {:.4g})</title></circle>\n",
+            px(s.x[k]), py(s.y[k]), colour, xml_escape(s.label), s.x[k], s.y[k]);
+    }
+    out += "</g>\n";
+    const double lx = f.left + f.plot_w() + 16, ly = f.top + 8 + 20.0 * static_cast<double>(i);
+    legend += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" "
+        "stroke-width=\"1.5\"{4}/><text x=\"{5:.1f}\" y=\"{6:.1f}\"><title>{7}</title>{8}</text>\n",
+        lx, ly, lx + 18, colour, dash, lx + 24, ly + 4, xml_escape(s.label),
+        xml_escape(legend_text(s.label)));
+  }
+  return out + legend + "</g>\n</svg>\n";
 }
 
 }  // namespace phasekv
