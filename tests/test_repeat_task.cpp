@@ -44,25 +44,32 @@ TEST(RepeatTask, SecondHalfRepeatsDistinctContentTokensAndEveryRepeatTokenIsATar
   EXPECT_EQ(r.positions, want);
 }
 
-TEST(RepeatTask, UnmarkedRepeatHasNoQueryTokenAndTargetsFromItsSecondToken) {
-  const TaskConfig c = small_task();
-  std::mt19937_64 a(7), b(7);
-  const RepeatSequence marked = sample_repeat_sequence(c, a, 20);
-  const RepeatSequence r = sample_repeat_sequence(c, b, 20, false);
-  const int n = 9;
-  ASSERT_EQ(r.tokens.size(), 19u);  // <bos> + 2 n
-  for (int32_t t : r.tokens) EXPECT_NE(t, TaskVocab::kQuery);
-  for (int i = 0; i < n; ++i) {
-    // Same draw as the marked form, without the <q> between the copies.
-    EXPECT_EQ(r.tokens[static_cast<size_t>(1 + i)], marked.tokens[static_cast<size_t>(1 + i)]);
-    EXPECT_EQ(r.tokens[static_cast<size_t>(n + 1 + i)], r.tokens[static_cast<size_t>(1 + i)]);
+TEST(RepeatTask, UnmarkedRepeatsVaryTheirLengthAndTargetTheSecondCopyFromItsSecondToken) {
+  const TaskConfig c = small_task();  // 12 content tokens
+  std::mt19937_64 rng(7);
+  std::set<int> lengths;
+  for (int trial = 0; trial < 200; ++trial) {
+    const RepeatSequence r = sample_repeat_sequence(c, rng, 20, false);
+    ASSERT_EQ(r.tokens.size(), 20u);
+    EXPECT_EQ(r.tokens[0], TaskVocab::kBos);
+    for (int32_t t : r.tokens) EXPECT_NE(t, TaskVocab::kQuery);
+    // The copy s1..sn ends the row twice: n from the loss positions (n - 1 of them).
+    const int n = static_cast<int>(r.positions.size()) + 1, start = 20 - 2 * n;
+    ASSERT_GE(n, 2);
+    ASSERT_LE(n, 9);  // min((20 - 1) / 2, 12 - 1)
+    lengths.insert(n);
+    std::set<int32_t> copy;
+    for (int i = 0; i < n; ++i) {
+      const int32_t t = r.tokens[static_cast<size_t>(start + i)];
+      EXPECT_TRUE(copy.insert(t).second) << "token " << t << " twice in the copy";
+      EXPECT_EQ(r.tokens[static_cast<size_t>(start + n + i)], t);
+    }
+    for (int p = 1; p < start; ++p)  // the prefix: no token of the copy, so one match each
+      EXPECT_EQ(copy.count(r.tokens[static_cast<size_t>(p)]), 0u) << "prefix token at " << p;
+    for (size_t i = 0; i < r.positions.size(); ++i)
+      EXPECT_EQ(r.positions[i], start + n + static_cast<int>(i));
   }
-  // The second s1 (position n + 1) predicts s2; the first token of the copy is not predictable.
-  std::vector<int> want;
-  for (int p = n + 1; p <= 17; ++p) want.push_back(p);
-  EXPECT_EQ(r.positions, want);
-  for (int p : r.positions)
-    EXPECT_EQ(r.tokens[static_cast<size_t>(p + 1)], r.tokens[static_cast<size_t>(p - n + 1)]);
+  EXPECT_EQ(lengths.size(), 8u) << "every n in [2, 9] drawn";
 }
 
 TEST(RepeatTask, LookupRepeatsAreAsLongAsItsPaddedRows) {
@@ -79,9 +86,7 @@ TEST(RepeatTask, LookupRepeatsAreAsLongAsItsPaddedRows) {
     const int want = (43 + 4 * std::max(M, 1) - 2) & ~1;
     EXPECT_EQ(draw_repeat_length(c, rng, M), want) << "M = " << M;
     EXPECT_EQ(static_cast<int>(make_training_batch(c, rng, 2, M, 1.0).tokens.size(1)), want);
-    // Unmarked rows lack the <q>: one token shorter.
-    EXPECT_EQ(static_cast<int>(make_training_batch(c, rng, 2, M, 1.0, false).tokens.size(1)),
-              want - 1);
+    EXPECT_EQ(static_cast<int>(make_training_batch(c, rng, 2, M, 1.0, false).tokens.size(1)), want);
   }
   TaskConfig kv = small_task();
   EXPECT_EQ(draw_repeat_length(kv, rng, 8), 20);  // kv rows carry no padding of their own

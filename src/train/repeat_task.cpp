@@ -1,5 +1,6 @@
 #include "train/repeat_task.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -25,28 +26,36 @@ int row_padding(const TaskConfig& c, int offset_randomization) {
 RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len,
                                       bool marked) {
   const int n_content = content_tokens(c);
-  const int n = len / 2 - 1;
-  if (len % 2 != 0 || n < 2 || n > n_content)
+  if (len % 2 != 0 || len / 2 - 1 < 2 || len / 2 - 1 > n_content)
     throw Error("repeat sequence of length " + std::to_string(len) +
                 " (allowed: an even length from 6 to " + std::to_string(2 * n_content + 2) +
                 ", with distinct content tokens)");
+  // (Modulo, not std::uniform_int_distribution: the sequence must be the same with every
+  // standard library; the bias is below 1e-17 for these ranges.)
+  auto below = [&rng](int k) { return static_cast<int>(rng() % static_cast<uint64_t>(k)); };
+  // Marked: n = len / 2 - 1, so that <q> sits at the same place in every row of a length.
+  // Unmarked: n uniform in [2, most], the rest of the row a prefix of other tokens, so the distance
+  // between the copies varies and a head cannot follow the repeat by a fixed offset.
+  const int most = std::min((len - 1) / 2, n_content - 1);
+  const int n = marked ? len / 2 - 1 : 2 + below(most - 1);
   // A partial Fisher-Yates shuffle draws n distinct content tokens.
   std::vector<int32_t> pool(static_cast<size_t>(n_content));
   for (int i = 0; i < n_content; ++i) pool[static_cast<size_t>(i)] = TaskVocab::kFirstKey + i;
-  // (Modulo, not std::uniform_int_distribution: the sequence must be the same with every
-  // standard library; the bias is below 1e-17 for these ranges.)
-  for (int i = 0; i < n; ++i) {
-    const int j = i + static_cast<int>(rng() % static_cast<uint64_t>(n_content - i));
-    std::swap(pool[static_cast<size_t>(i)], pool[static_cast<size_t>(j)]);
-  }
+  for (int i = 0; i < n; ++i)
+    std::swap(pool[static_cast<size_t>(i)], pool[static_cast<size_t>(i + below(n_content - i))]);
   RepeatSequence out;
   out.tokens.push_back(TaskVocab::kBos);
+  if (!marked)  // the prefix: tokens outside the repeat, so each repeated token has one match
+    for (int i = 0, m = len - 1 - 2 * n; i < m; ++i)
+      out.tokens.push_back(pool[static_cast<size_t>(n + below(n_content - n))]);
+  const int start = static_cast<int>(out.tokens.size());  // s1 of the first copy
   out.tokens.insert(out.tokens.end(), pool.begin(), pool.begin() + n);
   if (marked) out.tokens.push_back(TaskVocab::kQuery);
   out.tokens.insert(out.tokens.end(), pool.begin(), pool.begin() + n);
-  // Marked: <q> sits at n + 1 and predicts s1. Unmarked: the second s1 sits at n + 1 and predicts s2.
+  // Marked: <q> predicts s1, then every repeat token but the last predicts its successor.
+  // Unmarked: the second s1 predicts s2, and so on.
   const int last = static_cast<int>(out.tokens.size()) - 1;
-  for (int p = n + 1; p < last; ++p) out.positions.push_back(p);
+  for (int p = start + n; p < last; ++p) out.positions.push_back(p);
   return out;
 }
 

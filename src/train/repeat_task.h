@@ -23,14 +23,16 @@ struct RepeatSequence {
   std::vector<int> positions;   // the loss positions: tokens[p + 1] is predictable from the first copy
 };
 
-// A sequence of `len` tokens (len even, >= 6): n = len / 2 - 1 distinct content tokens (keys,
-// values and fillers of `c`'s vocabulary, so the same embeddings are trained) and their repeat.
-// marked (the default): `<bos> s1..sn <q> s1..sn`; the loss covers <q> -> s1 and every token of
-// the repeat but the last. Unmarked: `<bos> s1..sn s1..sn` (len - 1 tokens); nothing announces the
-// repeat, so the loss covers the repeat from its second token (s2..sn). Why both: a model trained
-// on marked repeats may learn an induction head that only fires after <q>, which transfers to the
-// kv task (its queries follow <q>) but not to the lookup task, whose demonstrations and target
-// carry no marker; unmarked repeats can only be followed by matching content.
+// A sequence of `len` tokens (len even, >= 6) of distinct content tokens s1..sn (keys, values and
+// fillers of `c`'s vocabulary, so the same embeddings are trained) and their repeat.
+// Marked (the default): `<bos> s1..sn <q> s1..sn` with n = len / 2 - 1; the loss covers <q> -> s1
+// and every token of the repeat but the last. Unmarked: `<bos> x1..xm s1..sn s1..sn` with n uniform
+// in [2, min((len - 1) / 2, content tokens - 1)] and a prefix of m = len - 1 - 2n tokens drawn
+// from the tokens outside s; nothing announces the repeat, so the loss covers the second copy from
+// its second token. Why both: a model trained on marked repeats may learn an induction head that
+// only fires after <q>, and with one length per row it can copy by a fixed offset instead of by
+// content (a lookup12 control followed repeats of exactly 35 tokens and no others:
+// docs/FINDINGS.md); the lookup task's queries carry no marker and sit at every distance.
 RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len,
                                       bool marked = true);
 
