@@ -100,7 +100,8 @@ std::string LocalBackend::request_error(const ScoreRequest& r) const {
 }
 
 void LocalBackend::score_group(const std::vector<ScoreRequest>& requests,
-                               const std::vector<size_t>& group, std::vector<ScoreResult>& out) {
+                               const std::vector<size_t>& group, std::vector<ScoreResult>& out,
+                               std::vector<AttentionProbe>* probes) {
   const int64_t B = static_cast<int64_t>(group.size());
   const int64_t T = static_cast<int64_t>(requests[group.front()].context.size());
   auto tokens = torch::empty({B, T}, torch::kInt64);
@@ -109,7 +110,7 @@ void LocalBackend::score_group(const std::vector<ScoreRequest>& requests,
     for (int64_t t = 0; t < T; ++t) acc[b][t] = requests[group[b]].context[t];
   torch::NoGradGuard no_grad;
   // Only the last position is scored: the LM head on [B, V] instead of [B, T, V].
-  auto last = model_->hidden(tokens).select(1, T - 1);
+  auto last = model_->hidden(tokens, probes).select(1, T - 1);
   // float64 so that a target far down the distribution keeps its exact log-probability.
   auto logp =
       torch::log_softmax(model_->logits_from_hidden(last).to(torch::kFloat64), -1).contiguous();
@@ -125,6 +126,11 @@ void LocalBackend::score_group(const std::vector<ScoreRequest>& requests,
 }
 
 std::vector<ScoreResult> LocalBackend::score(const std::vector<ScoreRequest>& requests) {
+  return score(requests, nullptr);
+}
+
+std::vector<ScoreResult> LocalBackend::score(const std::vector<ScoreRequest>& requests,
+                                             std::vector<AttentionProbe>* probes) {
   std::vector<ScoreResult> out(requests.size());
   std::map<size_t, std::vector<size_t>> by_length;  // length -> request indices, in order
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -138,7 +144,7 @@ std::vector<ScoreResult> LocalBackend::score(const std::vector<ScoreRequest>& re
                                       indices.begin() + static_cast<long>(end));
       // The interface promises per-request errors, never a throw that ends a sweep.
       try {
-        score_group(requests, group, out);
+        score_group(requests, group, out, probes);
       } catch (const std::exception& e) {
         for (size_t i : group) out[i].error = std::string("forward failed: ") + e.what();
       }

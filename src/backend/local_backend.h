@@ -30,6 +30,11 @@ class LocalBackend : public Backend {
   std::vector<int32_t> tokenize(const std::string& text) override;
   std::string detokenize(const std::vector<int32_t>& ids) override;
   std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) override;
+  // score() with one AttentionProbe per layer applied to every forward (knockouts: the
+  // replacements of model/attention.h); captures would only hold the last forward's batch, so
+  // callers that need them run the model themselves. nullptr or empty: plain score().
+  std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests,
+                                 std::vector<AttentionProbe>* probes);
   // Greedy, through the streaming Session (prefill, then one decode step per token); stops early
   // at max_context. Throws phasekv::Error on an empty context or an id outside the vocabulary.
   std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) override;
@@ -46,7 +51,7 @@ class LocalBackend : public Backend {
   std::string request_error(const ScoreRequest& r) const;
   // One forward over requests of equal length (indices into `requests`), filling `out`.
   void score_group(const std::vector<ScoreRequest>& requests, const std::vector<size_t>& group,
-                   std::vector<ScoreResult>& out);
+                   std::vector<ScoreResult>& out, std::vector<AttentionProbe>* probes);
 
   Decoder model_;
   std::optional<WordTokenizer> tokenizer_;

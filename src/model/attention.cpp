@@ -97,18 +97,38 @@ AttentionImpl::Projected AttentionImpl::project(const torch::Tensor& x,
 }
 
 torch::Tensor AttentionImpl::output(const torch::Tensor& heads) {
-  auto h = heads;
-  if (!knocked_out_kv_heads.empty()) {
-    auto keep = torch::ones({n_kv}, h.options());
-    for (int64_t kv : knocked_out_kv_heads) keep[kv] = 0;
-    keep = keep.repeat_interleave(n_heads / n_kv).view({1, n_heads, 1, 1});
-    h = h * keep;
-  }
-  const int64_t B = h.size(0), T = h.size(2);
-  return linear(h.transpose(1, 2).reshape({B, T, n_heads * head_dim}), wo);
+  const int64_t B = heads.size(0), T = heads.size(2);
+  return linear(heads.transpose(1, 2).reshape({B, T, n_heads * head_dim}), wo);
 }
 
-torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor AttentionImpl::probed_output(const torch::Tensor& heads, AttentionProbe& probe) {
+  const int64_t T = heads.size(2), G = n_heads / n_kv;
+  if (probe.capture_final) probe.heads = heads.select(2, T - 1).detach().clone();
+  torch::Tensor h = heads;
+  if (!probe.replace_kv_heads.empty()) {
+    TORCH_CHECK(probe.head_means.defined() && probe.head_means.size(0) == n_heads &&
+                    probe.head_means.size(1) == head_dim,
+                "AttentionProbe: head_means must be [H, hd] = [", n_heads, ", ", head_dim, "]");
+    h = heads.clone();
+    auto last = h.select(2, T - 1);  // [B, H, hd], a view into h
+    for (int64_t g : probe.replace_kv_heads) {
+      TORCH_CHECK(g >= 0 && g < n_kv, "AttentionProbe: KV head ", g, " outside [0, ", n_kv, ")");
+      last.narrow(1, g * G, G).copy_(
+          probe.head_means.narrow(0, g * G, G).to(h.scalar_type()).unsqueeze(0).expand_as(
+              last.narrow(1, g * G, G)));
+    }
+  }
+  auto out = output(h);
+  if (probe.capture_final) probe.out = out.select(1, T - 1).detach().clone();
+  if (probe.layer_mean.defined()) {
+    out = out.clone();
+    out.select(1, T - 1).copy_(probe.layer_mean.to(out.scalar_type()).unsqueeze(0).expand_as(
+        out.select(1, T - 1)));
+  }
+  return out;
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* probe) {
   const int64_t T = x.size(1);
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
   auto p = project(x, pos);
@@ -116,10 +136,18 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x) {
   if (comp) {
     auto tokens = comp->project(x, p.k_lin, p.v_lin, 0);
     std::tie(ek, ev) = comp->pool(tokens, 0, 0, T / cfg.stride);
+    if (probe && probe->capture_gates) {
+      probe->gate_k = comp->pool_weights(tokens, 0, 0, T / cfg.stride, false).detach();
+      if (!cfg.tied_kv)
+        probe->gate_v = tokens.gv.defined()
+                            ? comp->pool_weights(tokens, 0, 0, T / cfg.stride, true).detach()
+                            : probe->gate_k;
+    }
   }
   torch::Tensor rk = uses_raw() ? p.k : torch::Tensor(), rv = uses_raw() ? p.v : torch::Tensor();
   // The training forward: attend() takes the banded fast path unless the reference is selected.
-  return output(attend(cfg, p.q, pos, ek, ev, rk, rv, pos, sink));
+  auto heads = attend(cfg, p.q, pos, ek, ev, rk, rv, pos, sink);
+  return probe && probe->active() ? probed_output(heads, *probe) : output(heads);
 }
 
 torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& c) {

@@ -20,11 +20,38 @@ torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
                                const torch::Tensor& rv, const torch::Tensor& r_pos,
                                const torch::Tensor& sink);
 
+// An intervention and probe on one layer's full-sequence forward, at the LAST position T-1 of
+// every sequence of the batch (docs/ARCHITECTURE.md section 11; the explanation analyses,
+// src/explain). A default-constructed probe changes nothing and captures nothing.
+struct AttentionProbe {
+  // KV-head knockout: the outputs o_{T-1,h} (before wo) of the G query heads h in [gG, (g+1)G)
+  // that read KV head g are replaced by head_means[h] for every g in replace_kv_heads.
+  std::vector<int64_t> replace_kv_heads;
+  torch::Tensor head_means;  // [H, hd]
+  // Whole-layer knockout: the layer's attention output (after wo) at T-1 is replaced by
+  // layer_mean [D] (applied after any head replacement).
+  torch::Tensor layer_mean;
+  // Captures, filled by the forward when asked (before any replacement):
+  bool capture_final = false;
+  torch::Tensor heads;  // [B, H, hd]: o_{T-1,h}
+  torch::Tensor out;    // [B, D]: the attention output at T-1
+  // Pool weights of every entry 0..floor(T/S)-1 (chunked layers only): [B, n, W, Hkv] (scalar,
+  // mean) or [B, n, W, Hkv, hd] (vector); invalid slots (before position 0) weigh 0. gate_v is
+  // gate_k's tensor when the value side has no gate of its own (tied_kv_gates, mean) and
+  // undefined with tied_kv (no value branch).
+  bool capture_gates = false;
+  torch::Tensor gate_k, gate_v;
+  bool active() const {
+    return !replace_kv_heads.empty() || layer_mean.defined() || capture_final || capture_gates;
+  }
+};
+
 struct AttentionImpl : torch::nn::Module {
   AttentionImpl(const ModelConfig& model, const AttentionConfig& attn);
 
-  // Full sequence at positions 0..T-1; x is the pre-normed hidden state [B, T, D].
-  torch::Tensor forward(const torch::Tensor& x);
+  // Full sequence at positions 0..T-1; x is the pre-normed hidden state [B, T, D]. `probe`
+  // (optional) intervenes at / captures the last position, see AttentionProbe.
+  torch::Tensor forward(const torch::Tensor& x, AttentionProbe* probe = nullptr);
   // Streaming: x holds the next tokens, at positions cache.n_tokens onwards; updates the cache.
   torch::Tensor forward_cached(const torch::Tensor& x, LayerCache& cache);
   // Capacity in the cache for n_tokens tokens in total (the parts that grow with the context, and
@@ -38,9 +65,6 @@ struct AttentionImpl : torch::nn::Module {
   std::shared_ptr<RMSNormImpl> q_norm, k_norm;
   torch::Tensor sink;  // [H] learned logit with zero value, if cfg.sink
   Compressor comp{nullptr};
-  // KV-head knockout (causal intervention): the outputs of all query heads reading a knocked-out
-  // KV head are zeroed before the output projection.
-  std::vector<int64_t> knocked_out_kv_heads;
 
  private:
   struct Projected {
@@ -49,6 +73,8 @@ struct AttentionImpl : torch::nn::Module {
   };
   Projected project(const torch::Tensor& x, const torch::Tensor& positions);
   torch::Tensor output(const torch::Tensor& heads);  // [B, H, T, hd] -> [B, T, D]
+  // output() with the probe's replacements and captures at T-1.
+  torch::Tensor probed_output(const torch::Tensor& heads, AttentionProbe& probe);
   void extend_entries(const torch::Tensor& x, const Projected& p, LayerCache& c, int64_t t_end);
   bool uses_raw() const;
 };

@@ -168,8 +168,8 @@ torch::Tensor CompressorImpl::weights(const torch::Tensor& scores, const torch::
   return torch::softmax(s, 2);
 }
 
-torch::Tensor CompressorImpl::pool_weights_k(const CompressorTokens& tokens, int64_t tok0,
-                                             int64_t j0, int64_t j1) {
+torch::Tensor CompressorImpl::raw_pool_weights(const CompressorTokens& tokens, int64_t tok0,
+                                               int64_t j0, int64_t j1, bool value_side) {
   const int64_t S = cfg.stride, W = cfg.width, n = j1 - j0;
   auto dev = tokens.pk.device();
   auto pos = torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W) +
@@ -185,8 +185,17 @@ torch::Tensor CompressorImpl::pool_weights_k(const CompressorTokens& tokens, int
                   std::to_string(j0) + ", " + std::to_string(j1) + ")");
   }
   auto flat = rel.flatten().to(dev);
-  torch::Tensor scores = tokens.gk.defined() ? gather_scores(tokens.gk, flat, n) : torch::Tensor();
+  const torch::Tensor& per_token = value_side && tokens.gv.defined() ? tokens.gv : tokens.gk;
+  torch::Tensor scores = per_token.defined() ? gather_scores(per_token, flat, n) : torch::Tensor();
   return weights(scores, valid, n, tokens.pk);
+}
+
+torch::Tensor CompressorImpl::pool_weights(const CompressorTokens& tokens, int64_t tok0,
+                                           int64_t j0, int64_t j1, bool value_side) {
+  auto a = raw_pool_weights(tokens, tok0, j0, j1, value_side);
+  if (cfg.gate == GateKind::kVector) return a;
+  // scalar: [B, n, W, Hkv, 1]; mean: [1, n, W, 1, 1]
+  return a.squeeze(-1).expand({tokens.pk.size(0), j1 - j0, cfg.width, n_kv});
 }
 
 std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTokens& tokens,
@@ -198,7 +207,7 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
   auto valid = (pos >= 0).to(dev);
   auto flat = (pos - tok0).clamp_min(0).flatten().to(dev);
 
-  auto a_k = pool_weights_k(tokens, tok0, j0, j1);
+  auto a_k = raw_pool_weights(tokens, tok0, j0, j1, false);
 
   auto payload = [&](const torch::Tensor& per_token) {  // [B, n, W, Hkv, hd], lane picked per slot
     if (cfg.lanes() == 1) return gather_slots(per_token, flat, n).select(3, 0);

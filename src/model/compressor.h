@@ -39,9 +39,12 @@ struct CompressorImpl : torch::nn::Module {
   // [B, Hkv, j1-j0, hd]: K normed (if entry_norm) and rotated at the entry position.
   std::pair<torch::Tensor, torch::Tensor> pool(const CompressorTokens& tokens, int64_t tok0,
                                                int64_t j0, int64_t j1);
-  // Pool weights a[b, e, slot, h(, c)] for the K side, exposed for gate-concentration analyses.
-  torch::Tensor pool_weights_k(const CompressorTokens& tokens, int64_t tok0, int64_t j0,
-                               int64_t j1);
+  // Pool weights a[b, e, slot, h(, c)] of entries [j0, j1): the K side, or the V side
+  // (value_side; the K weights when the value side has no gate of its own). Scalar and mean
+  // gates give [B, n, W, Hkv] (mean: expanded over B and Hkv), vector gates [B, n, W, Hkv, hd];
+  // slots before position 0 weigh 0. Exposed for gate-concentration analyses.
+  torch::Tensor pool_weights(const CompressorTokens& tokens, int64_t tok0, int64_t j0, int64_t j1,
+                             bool value_side = false);
 
   int64_t entry_position(int64_t j) const;
 
@@ -70,6 +73,9 @@ struct CompressorImpl : torch::nn::Module {
                               int64_t n);
   torch::Tensor weights(const torch::Tensor& scores, const torch::Tensor& valid, int64_t n,
                         const torch::Tensor& like);
+  // The softmax weights of entries [j0, j1) as pool() uses them ([B or 1, n, W, Hkv or 1(, hd)]).
+  torch::Tensor raw_pool_weights(const CompressorTokens& tokens, int64_t tok0, int64_t j0,
+                                 int64_t j1, bool value_side);
 };
 TORCH_MODULE(Compressor);
 

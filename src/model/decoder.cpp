@@ -13,8 +13,8 @@ BlockImpl::BlockImpl(const ModelConfig& m, const AttentionConfig& a) {
   mlp = register_module("mlp", SwiGLU(m.d_model, m.d_ff));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto h = x + attn(attn_norm(x));
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, AttentionProbe* probe) {
+  auto h = x + attn->forward(attn_norm(x), probe);
   return h + mlp(mlp_norm(h));
 }
 
@@ -34,9 +34,14 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) : cfg(c) {
   if (!c.tie_embeddings) lm_head = register_module("lm_head", make_linear(c.d_model, c.vocab_size));
 }
 
-torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens) {
+torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, std::vector<AttentionProbe>* probes) {
+  TORCH_CHECK(!probes || probes->empty() || probes->size() == blocks.size(),
+              "one AttentionProbe per layer expected (", blocks.size(), "), got ",
+              probes ? probes->size() : 0);
+  const bool probed = probes && !probes->empty();
   auto x = embed(tokens);
-  for (auto& b : blocks) x = b(x);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    x = blocks[i]->forward(x, probed ? &(*probes)[i] : nullptr);
   return final_norm(x);
 }
 

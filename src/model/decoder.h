@@ -13,7 +13,7 @@ namespace phasekv {
 
 struct BlockImpl : torch::nn::Module {
   BlockImpl(const ModelConfig& m, const AttentionConfig& a);
-  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward(const torch::Tensor& x, AttentionProbe* probe = nullptr);
   torch::Tensor forward_cached(const torch::Tensor& x, LayerCache& cache);
   RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
   Attention attn{nullptr};
@@ -29,7 +29,9 @@ struct DecoderImpl : torch::nn::Module {
   // Streaming: tokens [B, Tn] continue the sequence held in caches (one per layer).
   torch::Tensor forward_cached(const torch::Tensor& tokens, std::vector<LayerCache>& caches);
   // Hidden states after the final norm, for callers that only need some positions' logits.
-  torch::Tensor hidden(const torch::Tensor& tokens);
+  // probes: empty, or one AttentionProbe per layer (knockouts and captures at the last position,
+  // model/attention.h); the forward fills the probes' captures.
+  torch::Tensor hidden(const torch::Tensor& tokens, std::vector<AttentionProbe>* probes = nullptr);
   torch::Tensor logits_from_hidden(const torch::Tensor& h);
 
   // Seeded initialisation: N(0, 0.02); residual output projections scaled by 1/sqrt(2 n_layers).

@@ -31,6 +31,13 @@ Decoder load_model_dir(const std::string& dir) {
   if (!fs::exists(w_path)) throw Error("model directory " + dir + " has no model.safetensors");
   auto cfg = model_config_from_file(cfg_path);
   Decoder model(cfg);
+  load_weights(model, w_path);
+  model->eval();
+  return model;
+}
+
+void load_weights(Decoder& model, const std::string& w_path) {
+  if (!std::filesystem::exists(w_path)) throw Error(w_path + " does not exist");
   auto file = load_safetensors(w_path);
   std::set<std::string> expected;
   torch::NoGradGuard no_grad;
@@ -42,8 +49,6 @@ Decoder load_model_dir(const std::string& dir) {
     if (!expected.count(name))
       throw Error(w_path + ": unexpected tensor '" + name +
                   "': config.json describes no such parameter");
-  model->eval();
-  return model;
 }
 
 std::string config_hash(const ModelConfig& cfg) {

@@ -12,6 +12,10 @@ void save_model_dir(const std::string& dir, Decoder& model,
                     torch::ScalarType dtype = torch::kFloat32,
                     const std::map<std::string, std::string>& metadata = {});
 Decoder load_model_dir(const std::string& dir);
+// Copies the tensors of a weights file into `model` (every parameter, strictly: a missing, extra or
+// misshapen tensor throws phasekv::Error naming the file). load_model_dir uses it; so do analyses
+// of training checkpoints (checkpoint/model.safetensors has no config.json of its own).
+void load_weights(Decoder& model, const std::string& safetensors_path);
 // A short stable identifier of a config (hex of a hash of its canonical JSON).
 std::string config_hash(const ModelConfig& cfg);
 
