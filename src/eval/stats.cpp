@@ -652,4 +652,385 @@ PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
   }
 }
 
+
+// -------------------------------------------------------------------------------------------------
+// Paired comparisons (knockouts, gate cycling).
+
+namespace {
+
+// One logical example's pairs: the unit the paired bootstrap resamples and within which the
+// specialisation test shuffles.
+struct PairedExample {
+  std::vector<int> phases;
+  std::vector<uint8_t> reference, variant;
+};
+
+struct PairedCounts {
+  std::vector<int64_t> n, reference, variant;
+  explicit PairedCounts(int modulus) : n(modulus, 0), reference(modulus, 0), variant(modulus, 0) {}
+  void add(const PairedExample& e, const std::vector<size_t>* order = nullptr) {
+    for (size_t i = 0; i < e.phases.size(); ++i) {
+      const size_t j = order ? (*order)[i] : i;  // pair j lands on phase i
+      n[e.phases[i]] += 1;
+      reference[e.phases[i]] += e.reference[j];
+      variant[e.phases[i]] += e.variant[j];
+    }
+  }
+};
+
+std::vector<PairedExample> group_pairs(const std::vector<PairedOutcome>& pairs, int modulus) {
+  if (pairs.empty()) throw Error("no paired outcomes to summarise");
+  std::map<int64_t, size_t> index;
+  std::vector<PairedExample> examples;
+  for (const PairedOutcome& o : pairs) {
+    if (o.phase < 0 || o.phase >= modulus)
+      throw Error(fmt::format("paired outcome of example {} has phase {}, outside [0, {})",
+                              o.example_id, o.phase, modulus));
+    auto [it, inserted] = index.try_emplace(o.example_id, examples.size());
+    if (inserted) examples.emplace_back();
+    PairedExample& e = examples[it->second];
+    e.phases.push_back(o.phase);
+    e.reference.push_back(o.reference ? 1 : 0);
+    e.variant.push_back(o.variant ? 1 : 0);
+  }
+  return examples;
+}
+
+// Relative loss per phase folded mod `fold` (see Specialisation).
+std::vector<double> folded_loss(const PairedCounts& c, int fold) {
+  std::vector<int64_t> ref(fold, 0), var(fold, 0);
+  for (size_t r = 0; r < c.n.size(); ++r) {
+    ref[r % fold] += c.reference[r];
+    var[r % fold] += c.variant[r];
+  }
+  std::vector<double> loss(fold, 0.0);
+  for (int q = 0; q < fold; ++q)
+    if (ref[q] > 0) loss[q] = std::max(0.0, 1.0 - static_cast<double>(var[q]) / ref[q]);
+  return loss;
+}
+
+struct IndexValue {
+  double share = kNaN, index = kNaN;
+  std::vector<int> worst;
+};
+
+IndexValue specialisation_index(const std::vector<double>& loss, int k) {
+  IndexValue v;
+  const int fold = static_cast<int>(loss.size());
+  std::vector<int> order(fold);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return loss[a] > loss[b]; });
+  v.worst.assign(order.begin(), order.begin() + k);
+  double total = 0.0, top = 0.0;
+  for (int q = 0; q < fold; ++q) total += loss[q];
+  for (int i = 0; i < k; ++i) top += loss[order[i]];
+  if (total <= 0.0) return v;
+  const double agnostic = static_cast<double>(k) / fold;
+  v.share = top / total;
+  v.index = (v.share - agnostic) / (1.0 - agnostic);
+  return v;
+}
+
+double mean_drop(const PairedCounts& c) {
+  double sum = 0.0;
+  for (size_t r = 0; r < c.n.size(); ++r)
+    sum += static_cast<double>(c.reference[r] - c.variant[r]) / static_cast<double>(c.n[r]);
+  return sum / static_cast<double>(c.n.size());
+}
+
+nlohmann::json number_or_null(double v) {
+  return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v);
+}
+
+}  // namespace
+
+PairedSummary summarize_paired(const std::vector<PairedOutcome>& pairs, int modulus, int fold,
+                               const SummaryOptions& options) {
+  if (modulus < 1) throw Error(fmt::format("phase modulus must be >= 1, got {}", modulus));
+  if (fold == 0) fold = modulus;
+  if (fold < 1 || modulus % fold != 0)
+    throw Error(fmt::format("fold {} must divide the phase modulus {}", fold, modulus));
+  const std::vector<PairedExample> examples = group_pairs(pairs, modulus);
+  PairedCounts counts(modulus);
+  for (const auto& e : examples) counts.add(e);
+  for (int r = 0; r < modulus; ++r)
+    if (counts.n[r] == 0) throw Error(fmt::format("phase {} has no paired outcome", r));
+
+  PairedSummary s;
+  s.modulus = modulus;
+  s.fold = fold;
+  s.examples = static_cast<int64_t>(examples.size());
+  s.mean_drop_pp = 100.0 * mean_drop(counts);
+  for (int r = 0; r < modulus; ++r) {
+    PairedPhaseRow row;
+    row.r = r;
+    row.n = counts.n[r];
+    row.acc_reference = static_cast<double>(counts.reference[r]) / row.n;
+    row.acc_variant = static_cast<double>(counts.variant[r]) / row.n;
+    row.change_pp = 100.0 * (row.acc_variant - row.acc_reference);
+    if (counts.reference[r] > 0)
+      row.rel_change_pct =
+          100.0 * static_cast<double>(counts.variant[r] - counts.reference[r]) / counts.reference[r];
+    s.phases.push_back(row);
+  }
+  Specialisation& sp = s.spec;
+  sp.fold = fold;
+  sp.k = std::max(1, std::min(2, fold - 1));
+  sp.agnostic = static_cast<double>(sp.k) / fold;
+  sp.loss = folded_loss(counts, fold);
+  const IndexValue observed = specialisation_index(sp.loss, sp.k);
+  sp.share = observed.share;
+  sp.index = observed.index;
+  sp.worst_phases = observed.worst;
+
+  // Paired cluster bootstrap.
+  std::vector<std::vector<double>> change(modulus), rel(modulus);
+  std::vector<double> drops, indices;
+  Rng rng(options.seed);
+  for (int rep = 0; rep < options.bootstrap_reps; ++rep) {
+    PairedCounts c(modulus);
+    for (size_t i = 0; i < examples.size(); ++i)
+      c.add(examples[draw_below(rng, examples.size())]);
+    bool complete = true;
+    for (int r = 0; r < modulus; ++r) complete = complete && c.n[r] > 0;
+    if (!complete) continue;  // a phase drawn empty (only with ragged inputs)
+    for (int r = 0; r < modulus; ++r) {
+      change[r].push_back(100.0 * static_cast<double>(c.variant[r] - c.reference[r]) / c.n[r]);
+      rel[r].push_back(c.reference[r] > 0 ? 100.0 * static_cast<double>(c.variant[r] -
+                                                                         c.reference[r]) /
+                                                c.reference[r]
+                                          : kNaN);
+    }
+    drops.push_back(100.0 * mean_drop(c));
+    indices.push_back(specialisation_index(folded_loss(c, fold), sp.k).index);
+  }
+  for (int r = 0; r < modulus; ++r) {
+    s.phases[r].change_ci_pp = percentile_interval(change[r]);
+    s.phases[r].rel_change_ci_pct = percentile_interval(rel[r]);
+  }
+  s.mean_drop_ci_pp = percentile_interval(drops);
+  sp.index_ci = percentile_interval(indices);
+
+  // Permutation test: each example's pairs shuffled together across its phases.
+  sp.permutations = std::max(0, options.permutations);
+  if (!std::isnan(sp.index)) {
+    const double threshold = sp.index - 1e-12;
+    int at_least = 0;
+    Rng prng(options.seed ^ 0x5eedULL);
+    std::vector<size_t> order;
+    for (int i = 0; i < sp.permutations; ++i) {
+      PairedCounts c(modulus);
+      for (const auto& e : examples) {
+        order.resize(e.phases.size());
+        std::iota(order.begin(), order.end(), size_t{0});
+        shuffle_in_place(order, prng);
+        c.add(e, &order);
+      }
+      const double v = specialisation_index(folded_loss(c, fold), sp.k).index;
+      if (!std::isnan(v) && v >= threshold) ++at_least;
+    }
+    sp.p_value = (1.0 + at_least) / (1.0 + sp.permutations);
+  }
+  const bool effect = !std::isnan(s.mean_drop_ci_pp.lo) && s.mean_drop_ci_pp.lo > 0.0;
+  const bool specific =
+      sp.permutations > 0 && sp.p_value < 0.05 && !std::isnan(sp.index) && sp.index >= kSpecificIndex;
+  sp.verdict = !effect ? "no effect" : specific ? "phase-specific" : "phase-agnostic";
+  return s;
+}
+
+nlohmann::json PairedSummary::to_json() const {
+  using nlohmann::json;
+  json rows = json::array();
+  for (const PairedPhaseRow& p : phases)
+    rows.push_back({{"phase", p.r},
+                    {"n", p.n},
+                    {"acc_reference", p.acc_reference},
+                    {"acc_variant", p.acc_variant},
+                    {"change_pp", p.change_pp},
+                    {"change_ci_pp", interval_json(p.change_ci_pp)},
+                    {"rel_change_pct", p.rel_change_pct ? json(*p.rel_change_pct) : json(nullptr)},
+                    {"rel_change_ci_pct", interval_json(p.rel_change_ci_pct)}});
+  return {{"modulus", modulus},
+          {"fold", fold},
+          {"examples", examples},
+          {"phases", rows},
+          {"mean_drop_pp", mean_drop_pp},
+          {"mean_drop_ci_pp", interval_json(mean_drop_ci_pp)},
+          {"specialisation",
+           {{"fold", spec.fold},
+            {"k", spec.k},
+            {"loss_by_folded_phase", spec.loss},
+            {"share", number_or_null(spec.share)},
+            {"agnostic_share", spec.agnostic},
+            {"index", number_or_null(spec.index)},
+            {"index_ci", interval_json(spec.index_ci)},
+            {"worst_phases", spec.worst_phases},
+            {"p_value", spec.p_value},
+            {"permutations", spec.permutations},
+            {"verdict", spec.verdict}}}};
+}
+
+double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted) {
+  if (observed.size() != predicted.size() || observed.size() < 2) return kNaN;
+  double mean = 0.0;
+  for (double y : observed) mean += y;
+  mean /= static_cast<double>(observed.size());
+  double res = 0.0, tot = 0.0;
+  for (size_t i = 0; i < observed.size(); ++i) {
+    res += (observed[i] - predicted[i]) * (observed[i] - predicted[i]);
+    tot += (observed[i] - mean) * (observed[i] - mean);
+  }
+  return tot > 0.0 ? 1.0 - res / tot : kNaN;
+}
+
+namespace {
+
+// Per example: successes and trials per (condition, folded phase); condition 0 is the reference.
+struct CycleExample {
+  std::vector<int64_t> succ, trials;  // [conditions * stride]
+};
+
+std::vector<std::vector<double>> cycle_accuracies(const std::vector<const CycleExample*>& draw,
+                                                  int conditions, int stride) {
+  std::vector<int64_t> succ(static_cast<size_t>(conditions * stride), 0), trials(succ.size(), 0);
+  for (const CycleExample* e : draw)
+    for (size_t i = 0; i < succ.size(); ++i) {
+      succ[i] += e->succ[i];
+      trials[i] += e->trials[i];
+    }
+  std::vector<std::vector<double>> acc(conditions, std::vector<double>(stride, kNaN));
+  for (int c = 0; c < conditions; ++c)
+    for (int q = 0; q < stride; ++q) {
+      const size_t i = static_cast<size_t>(c * stride + q);
+      if (trials[i] > 0) acc[c][q] = static_cast<double>(succ[i]) / trials[i];
+    }
+  return acc;
+}
+
+// The points of a fit from per-condition folded accuracies (condition c + 1 = deltas[c]).
+std::vector<CyclePoint> cycle_points(const std::vector<std::vector<double>>& acc,
+                                     const std::vector<int>& deltas, int stride) {
+  std::vector<CyclePoint> points;
+  for (size_t c = 0; c < deltas.size(); ++c)
+    for (int r = 0; r < stride; ++r) {
+      CyclePoint p;
+      p.delta = deltas[c];
+      p.r = r;
+      const int src = ((r - p.delta) % stride + stride) % stride;
+      p.reference_acc = acc[0][r];
+      p.observed_acc = acc[c + 1][r];
+      p.predicted_acc = acc[0][src];
+      p.observed_change = p.observed_acc - p.reference_acc;
+      p.predicted_change = p.predicted_acc - p.reference_acc;
+      p.boundary = r == stride - 1;
+      points.push_back(p);
+    }
+  return points;
+}
+
+double points_r2(const std::vector<CyclePoint>& points, bool interior_only,
+                 std::optional<int> delta = std::nullopt) {
+  std::vector<double> y, yhat;
+  for (const CyclePoint& p : points) {
+    if ((interior_only && p.boundary) || (delta && p.delta != *delta)) continue;
+    if (std::isnan(p.observed_change) || std::isnan(p.predicted_change)) return kNaN;
+    y.push_back(p.observed_change);
+    yhat.push_back(p.predicted_change);
+  }
+  return r_squared(y, yhat);
+}
+
+}  // namespace
+
+CycleFit fit_cycle(const std::vector<PhaseOutcome>& reference,
+                   const std::map<int, std::vector<PhaseOutcome>>& shifted, int modulus,
+                   int stride, const SummaryOptions& options) {
+  if (stride < 2) throw Error(fmt::format("gate cycling needs a stride >= 2, got {}", stride));
+  check_stride(modulus, stride);
+  if (reference.empty()) throw Error("gate cycling: no unshifted outcomes");
+  if (shifted.empty()) throw Error("gate cycling: no shifted outcomes");
+  CycleFit fit;
+  fit.stride = stride;
+  for (const auto& [d, outcomes] : shifted) fit.deltas.push_back(d);
+  const int conditions = 1 + static_cast<int>(fit.deltas.size());
+  std::map<int64_t, CycleExample> by_example;
+  auto add = [&](const std::vector<PhaseOutcome>& outcomes, int c) {
+    check_phases(outcomes, modulus);
+    for (const PhaseOutcome& o : outcomes) {
+      CycleExample& e = by_example[o.example_id];
+      if (e.succ.empty()) {
+        e.succ.assign(static_cast<size_t>(conditions * stride), 0);
+        e.trials.assign(e.succ.size(), 0);
+      }
+      const size_t i = static_cast<size_t>(c * stride + o.phase % stride);
+      e.succ[i] += o.correct ? 1 : 0;
+      e.trials[i] += 1;
+    }
+  };
+  add(reference, 0);
+  for (size_t c = 0; c < fit.deltas.size(); ++c) add(shifted.at(fit.deltas[c]), 1 + static_cast<int>(c));
+  std::vector<const CycleExample*> all;
+  for (const auto& [id, e] : by_example) all.push_back(&e);
+  fit.examples = static_cast<int64_t>(all.size());
+
+  const auto acc = cycle_accuracies(all, conditions, stride);
+  for (int c = 0; c < conditions; ++c)
+    for (int q = 0; q < stride; ++q)
+      if (std::isnan(acc[c][q]))
+        throw Error(fmt::format("gate cycling: folded phase {} of {} has no outcome", q,
+                                c == 0 ? std::string("the unshifted model")
+                                       : fmt::format("shift {}", fit.deltas[c - 1])));
+  fit.reference_acc = acc[0];
+  fit.points = cycle_points(acc, fit.deltas, stride);
+  fit.r2_interior = points_r2(fit.points, true);
+  fit.r2_all = points_r2(fit.points, false);
+  for (const CyclePoint& p : fit.points) fit.n_interior += p.boundary ? 0 : 1;
+  for (int d : fit.deltas) fit.r2_interior_by_delta[d] = points_r2(fit.points, true, d);
+  fit.boundary_acc[0] = acc[0][stride - 1];
+  for (size_t c = 0; c < fit.deltas.size(); ++c)
+    fit.boundary_acc[fit.deltas[c]] = acc[c + 1][stride - 1];
+
+  std::vector<double> r2i, r2a;
+  Rng rng(options.seed);
+  std::vector<const CycleExample*> draw(all.size());
+  for (int rep = 0; rep < options.bootstrap_reps; ++rep) {
+    for (auto& d : draw) d = all[draw_below(rng, all.size())];
+    const auto points = cycle_points(cycle_accuracies(draw, conditions, stride), fit.deltas, stride);
+    r2i.push_back(points_r2(points, true));
+    r2a.push_back(points_r2(points, false));
+  }
+  fit.r2_interior_ci = percentile_interval(r2i);
+  fit.r2_all_ci = percentile_interval(r2a);
+  return fit;
+}
+
+nlohmann::json CycleFit::to_json() const {
+  using nlohmann::json;
+  json pts = json::array();
+  for (const CyclePoint& p : points)
+    pts.push_back({{"delta", p.delta},
+                   {"phase", p.r},
+                   {"reference_acc", p.reference_acc},
+                   {"observed_acc", p.observed_acc},
+                   {"predicted_acc", p.predicted_acc},
+                   {"observed_change", p.observed_change},
+                   {"predicted_change", p.predicted_change},
+                   {"boundary", p.boundary}});
+  json by_delta = json::object(), boundary = json::object();
+  for (const auto& [d, v] : r2_interior_by_delta) by_delta[std::to_string(d)] = number_or_null(v);
+  for (const auto& [d, v] : boundary_acc) boundary[std::to_string(d)] = v;
+  return {{"stride", stride},
+          {"examples", examples},
+          {"deltas", deltas},
+          {"reference_acc", reference_acc},
+          {"points", pts},
+          {"r2_interior", number_or_null(r2_interior)},
+          {"r2_interior_ci", interval_json(r2_interior_ci)},
+          {"n_interior", n_interior},
+          {"r2_all", number_or_null(r2_all)},
+          {"r2_all_ci", interval_json(r2_all_ci)},
+          {"r2_interior_by_delta", by_delta},
+          {"boundary_acc_by_delta", boundary}};
+}
+
 }  // namespace phasekv

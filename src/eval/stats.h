@@ -11,7 +11,9 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace phasekv {
@@ -146,5 +148,126 @@ struct PhaseSummary {
 // stride that does not divide the modulus.
 PhaseSummary summarize(const std::vector<PhaseOutcome>& outcomes, int modulus, int stride,
                        const SummaryOptions& options = {});
+
+// ---------------------------------------------------------------------------------------------
+// Paired comparisons, for the explanation analyses (src/explain): the same logical examples are
+// scored at the same phases in a reference condition (the clean model, the unshifted gates) and
+// in variants (a knockout, a gate shift). Every interval resamples whole logical examples, and
+// the reference and the variant of one example are resampled together (a paired cluster
+// bootstrap), so the shared difficulty of an example cancels out of the differences.
+
+// One (example, phase) scored in the reference condition and in one variant.
+struct PairedOutcome {
+  int64_t example_id;
+  int phase;  // in [0, modulus)
+  bool reference;
+  bool variant;
+};
+
+struct PairedPhaseRow {
+  int r = 0;
+  int64_t n = 0;
+  double acc_reference = 0.0;
+  double acc_variant = 0.0;
+  double change_pp = 0.0;  // 100 (acc_variant - acc_reference)
+  Interval change_ci_pp;
+  // 100 (acc_variant - acc_reference) / acc_reference: the study's relative change. nullopt
+  // (null in JSON) when the reference accuracy is 0.
+  std::optional<double> rel_change_pct;
+  Interval rel_change_ci_pct;  // replicates with a zero reference accuracy are left out
+};
+
+// How a variant's (knockout's) loss spreads over the phases folded mod `fold` (the stride S).
+// The loss of folded phase q is its relative drop max(0, 1 - acc_variant(q) / acc_reference(q))
+// (0 where acc_reference(q) = 0: nothing to lose); relative, so that a head that removes
+// retrieval at every phase is phase-agnostic even where the clean model was already weak.
+//   share    = (sum of the k largest losses) / (sum of all losses), k = min(2, fold - 1);
+//              a phase-agnostic loss gives k / fold (`agnostic`), a loss at one phase 1.
+//   index    = (share - agnostic) / (1 - agnostic), in [0, 1]: 0 agnostic, 1 one phase.
+//   p_value  = permutation test of "the loss does not depend on the phase": each example's
+//              (reference, variant) pairs are shuffled together across its phases;
+//              p = (1 + #{index_perm >= index}) / (1 + permutations). This is the test to trust:
+//              noise alone concentrates the positive parts of small drops, and the bootstrap
+//              interval of the index shares that bias.
+//   verdict  = "no effect" unless the mean drop's interval lies above 0; then "phase-specific"
+//              when p < 0.05 and index >= kSpecificIndex, else "phase-agnostic". The size
+//              threshold matters: a knockout that drops every phase to the same floor (chance)
+//              loses relatively less where the clean model was weak, which the permutation test
+//              detects with a tiny index (0.02 on the bundled model) that is no specialisation.
+constexpr double kSpecificIndex = 0.25;  // S = 4: the two worst phases carry >= 62.5 %
+struct Specialisation {
+  int fold = 0;
+  int k = 0;
+  std::vector<double> loss;  // per folded phase, fractions
+  double share = 0.0;        // NaN when no folded phase loses anything
+  double agnostic = 0.0;
+  double index = 0.0;  // NaN with share
+  Interval index_ci;
+  std::vector<int> worst_phases;  // the k folded phases with the largest loss, largest first
+  double p_value = 1.0;
+  int permutations = 0;
+  std::string verdict;
+};
+
+struct PairedSummary {
+  int modulus = 0;
+  int fold = 0;
+  int64_t examples = 0;
+  std::vector<PairedPhaseRow> phases;
+  double mean_drop_pp = 0.0;  // mean over phases of 100 (acc_reference - acc_variant)
+  Interval mean_drop_ci_pp;
+  Specialisation spec;
+  nlohmann::json to_json() const;
+};
+
+// Throws phasekv::Error on empty input, a phase outside [0, modulus), a phase without pairs, or
+// a fold that does not divide the modulus (fold = 0: the modulus).
+PairedSummary summarize_paired(const std::vector<PairedOutcome>& pairs, int modulus, int fold,
+                               const SummaryOptions& options = {});
+
+// Gate cycling (W = S): the prediction A_D(r) = A_0((r - D) mod S), tested on accuracies folded
+// mod S. Point (D, r) compares the observed change A_D(r) - A_0(r) with the predicted change
+// A_0((r - D) mod S) - A_0(r). The headline R^2 leaves out the boundary phase r = S-1 (as the
+// study does): its key and value sit in two entries, which no gate shift can mend, so it stays
+// weak under every shift whatever the prediction says. A point whose prediction comes FROM the
+// boundary (r = (S-1+D) mod S) stays in: it asks whether the boundary's weakness moves with the
+// gates. R^2 over all points is reported beside it.
+struct CyclePoint {
+  int delta = 0;
+  int r = 0;
+  double reference_acc = 0.0;  // A_0(r)
+  double observed_acc = 0.0;   // A_D(r)
+  double predicted_acc = 0.0;  // A_0((r - D) mod S)
+  double observed_change = 0.0, predicted_change = 0.0;
+  bool boundary = false;  // r = S-1
+};
+
+struct CycleFit {
+  int stride = 0;
+  int64_t examples = 0;
+  std::vector<int> deltas;
+  std::vector<double> reference_acc;  // A_0 per folded phase
+  std::vector<CyclePoint> points;     // delta-major, r ascending
+  // 1 - SS_res / SS_tot over the points (NaN when the observed changes do not vary).
+  double r2_interior = 0.0;
+  Interval r2_interior_ci;
+  int n_interior = 0;
+  double r2_all = 0.0;
+  Interval r2_all_ci;
+  std::map<int, double> r2_interior_by_delta;  // NaN where a delta has < 2 interior points
+  // Accuracy of the boundary phase S-1 for each delta (0 = unshifted): does it stay weak?
+  std::map<int, double> boundary_acc;
+  nlohmann::json to_json() const;
+};
+
+// reference: the unshifted outcomes; shifted[D]: the same examples and phases with the gates
+// cycled by D. Throws phasekv::Error on empty input, a stride < 2 or one that does not divide the
+// modulus, or a folded phase without outcomes.
+CycleFit fit_cycle(const std::vector<PhaseOutcome>& reference,
+                   const std::map<int, std::vector<PhaseOutcome>>& shifted, int modulus,
+                   int stride, const SummaryOptions& options = {});
+
+// 1 - sum (y - yhat)^2 / sum (y - mean y)^2; NaN with fewer than 2 points or no variation.
+double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted);
 
 }  // namespace phasekv

@@ -108,70 +108,6 @@ std::pair<int, std::string> choose_stride(const SweepOptions& o, const json& des
   return {s, "model"};
 }
 
-// ---------------------------------------------------------------------------------------------
-// The sweep as an evaluation mode: items are (example, phase) pairs, in example order so that a
-// batch materializes each logical example once.
-
-class SweepMode : public EvalMode {
- public:
-  SweepMode(const SweepOptions& o, EvalRecord identity) : o_(o), identity_(std::move(identity)) {}
-
-  EvalRecord identity() const override { return identity_; }
-
-  std::vector<EvalItem> items() const override {
-    std::vector<EvalItem> out;
-    out.reserve(static_cast<size_t>(o_.examples) * static_cast<size_t>(o_.modulus));
-    for (int64_t e = 0; e < o_.examples; ++e)
-      for (int r = 0; r < o_.modulus; ++r) out.push_back({"", e, r});
-    return out;
-  }
-
-  size_t batch_size() const override { return static_cast<size_t>(o_.batch); }
-
-  std::vector<EvalRecord> evaluate(Backend& backend, const std::vector<EvalItem>& batch) override {
-    std::vector<TaskExample> examples;
-    std::vector<ScoreRequest> requests;
-    for (const auto& item : batch) {
-      if (!lg_ || static_cast<int64_t>(lg_->id) != item.example_id)
-        lg_ = make_logical_example(o_.task, o_.seed, static_cast<uint64_t>(item.example_id));
-      examples.push_back(materialize_request(*lg_, o_, item.phase));
-      requests.push_back({examples.back().tokens, examples.back().target().answer});
-    }
-    const std::vector<ScoreResult> results = backend.score(requests);
-    if (results.size() != requests.size())
-      throw Error(fmt::format("backend {} returned {} results for {} requests", identity_.model,
-                              results.size(), requests.size()));
-    std::vector<EvalRecord> out;
-    for (size_t i = 0; i < results.size(); ++i) out.push_back(record(examples[i], results[i]));
-    return out;
-  }
-
- private:
-  EvalRecord record(const TaskExample& ex, const ScoreResult& res) const {
-    EvalRecord r = identity_;
-    const TaskQuery& t = ex.target();
-    r.example_id = static_cast<int64_t>(ex.logical_id);
-    r.phase = ex.phase;
-    r.key_pos = t.key_pos;
-    r.value_pos = t.value_pos;
-    r.query_pos = t.query_pos;
-    r.target = t.answer;
-    if (!res.error.empty()) {
-      r.error = res.error;
-      return r;
-    }
-    r.prediction = res.argmax;
-    r.correct = res.argmax == t.answer;
-    r.censored = res.censored;
-    if (!res.censored) r.target_logprob = res.target_logprob;
-    return r;
-  }
-
-  const SweepOptions& o_;
-  EvalRecord identity_;
-  std::optional<LogicalExample> lg_;
-};
-
 json build_meta(const SweepOptions& o, const json& described, const EvalRecord& base,
                 const Tally& t, const std::pair<int, std::string>& stride, const RunResult& run) {
   json meta = o.model_meta.is_object() ? o.model_meta : json::object();
@@ -202,11 +138,96 @@ json build_meta(const SweepOptions& o, const json& described, const EvalRecord& 
 
 }  // namespace
 
-SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
+// ---------------------------------------------------------------------------------------------
+// The sweep as an evaluation mode: items in condition, then example order, so that a batch
+// materializes each logical example once.
+
+SweepMode::SweepMode(const SweepOptions& o, EvalRecord identity,
+                     std::vector<std::string> conditions, Scorer scorer, Extra extra)
+    : o_(o),
+      identity_(std::move(identity)),
+      conditions_(std::move(conditions)),
+      scorer_(std::move(scorer)),
+      extra_(std::move(extra)) {
+  if (conditions_.empty()) throw Error("internal: a sweep mode without conditions");
+}
+
+std::vector<EvalItem> SweepMode::items() const {
+  std::vector<EvalItem> out;
+  out.reserve(conditions_.size() * static_cast<size_t>(o_.examples) *
+              static_cast<size_t>(o_.modulus));
+  for (const auto& c : conditions_)
+    for (int64_t e = 0; e < o_.examples; ++e)
+      for (int r = 0; r < o_.modulus; ++r) out.push_back({c, e, r});
+  return out;
+}
+
+std::vector<EvalRecord> SweepMode::evaluate(Backend& backend, const std::vector<EvalItem>& batch) {
+  std::vector<EvalRecord> out;
+  for (size_t lo = 0, hi = 0; lo < batch.size(); lo = hi) {
+    const std::string& condition = batch[lo].condition;
+    while (hi < batch.size() && batch[hi].condition == condition) ++hi;
+    std::vector<TaskExample> examples;
+    std::vector<ScoreRequest> requests;
+    for (size_t i = lo; i < hi; ++i) {
+      const EvalItem& item = batch[i];
+      if (!lg_ || static_cast<int64_t>(lg_->id) != item.example_id)
+        lg_ = make_logical_example(o_.task, o_.seed, static_cast<uint64_t>(item.example_id));
+      examples.push_back(materialize_request(*lg_, o_, item.phase));
+      requests.push_back({examples.back().tokens, examples.back().target().answer});
+    }
+    const std::vector<ScoreResult> results =
+        scorer_ ? scorer_(backend, condition, requests) : backend.score(requests);
+    if (results.size() != requests.size())
+      throw Error(fmt::format("backend {} returned {} results for {} requests", identity_.model,
+                              results.size(), requests.size()));
+    for (size_t i = 0; i < results.size(); ++i)
+      out.push_back(record(condition, examples[i], results[i]));
+  }
+  return out;
+}
+
+EvalRecord SweepMode::record(const std::string& condition, const TaskExample& ex,
+                             const ScoreResult& res) const {
+  EvalRecord r = identity_;
+  const TaskQuery& t = ex.target();
+  r.condition = condition;
+  r.example_id = static_cast<int64_t>(ex.logical_id);
+  r.phase = ex.phase;
+  r.key_pos = t.key_pos;
+  r.value_pos = t.value_pos;
+  r.query_pos = t.query_pos;
+  r.target = t.answer;
+  if (extra_) {
+    json e = extra_(condition);
+    if (e.is_object()) r.extra = std::move(e);
+  }
+  if (!res.error.empty()) {
+    r.error = res.error;
+    return r;
+  }
+  r.prediction = res.argmax;
+  r.correct = res.argmax == t.answer;
+  r.censored = res.censored;
+  if (!res.censored) r.target_logprob = res.target_logprob;
+  return r;
+}
+
+EvalRecord prepare_sweep(Backend& backend, const SweepOptions& o, json* described_out) {
   validate_options(o);
   const json described = backend.describe();
   check_fits(backend, described, o);
-  const EvalRecord identity = record_template(backend, described, o);
+  if (described_out) *described_out = described;
+  return record_template(backend, described, o);
+}
+
+int sweep_stride(Backend& backend, const SweepOptions& o) {
+  return choose_stride(o, backend.describe(), nullptr).first;
+}
+
+SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
+  json described;
+  const EvalRecord identity = prepare_sweep(backend, o, &described);
   const auto stride = choose_stride(o, described, o.progress);
 
   SweepMode mode(o, identity);

@@ -59,6 +59,51 @@ struct SweepResult {
 // phase has no successful outcome (after writing what was scored).
 SweepResult run_sweep(Backend& backend, const SweepOptions& opts);
 
+// The sweep's items as an evaluation mode, with conditions: items (condition, example, phase)
+// for every condition, example in [0, examples) and phase in [0, M), in that order, each a
+// context materialized as by run_sweep. Modes that compare variants of one model on the same
+// items (src/explain: knockouts, gate cycling) are SweepModes with their own conditions and
+// scorer; run_sweep is the one with the single condition "" and Backend::score.
+class SweepMode : public EvalMode {
+ public:
+  // Scores the requests of one condition (the consecutive items of a batch that share it), in
+  // order. A scorer that changes the model for its condition restores it before returning.
+  using Scorer = std::function<std::vector<ScoreResult>(
+      Backend& backend, const std::string& condition, const std::vector<ScoreRequest>& requests)>;
+  // Mode-specific record fields of a condition (EvalRecord::extra), or null.
+  using Extra = std::function<nlohmann::json(const std::string& condition)>;
+  // `o` must outlive the mode. scorer nullptr: Backend::score.
+  SweepMode(const SweepOptions& o, EvalRecord identity,
+            std::vector<std::string> conditions = {""}, Scorer scorer = nullptr,
+            Extra extra = nullptr);
+
+  EvalRecord identity() const override { return identity_; }
+  std::vector<EvalItem> items() const override;
+  size_t batch_size() const override { return static_cast<size_t>(o_.batch); }
+  std::vector<EvalRecord> evaluate(Backend& backend, const std::vector<EvalItem>& batch) override;
+
+ private:
+  EvalRecord record(const std::string& condition, const TaskExample& ex,
+                    const ScoreResult& res) const;
+
+  const SweepOptions& o_;
+  EvalRecord identity_;
+  std::vector<std::string> conditions_;
+  Scorer scorer_;
+  Extra extra_;
+  std::optional<LogicalExample> lg_;
+};
+
+// What run_sweep does before scoring, for modes built on SweepMode: validates `o` and checks
+// that its contexts fit the backend (throws phasekv::Error as run_sweep documents), and returns
+// the identity every record shares. `described`, when given, receives backend.describe().
+EvalRecord prepare_sweep(Backend& backend, const SweepOptions& o,
+                         nlohmann::json* described = nullptr);
+
+// The stride for the interior/boundary split (o.stride, else the model's when it divides M,
+// else 0), as run_sweep chooses it.
+int sweep_stride(Backend& backend, const SweepOptions& o);
+
 // "records: 2400 scored now, 0 resumed, ..." for the terminal, after terminal_table().
 std::string sweep_records_line(const SweepResult& r);
 

@@ -70,6 +70,44 @@ std::string compare_table(const PhaseSeries& series);
 void write_sweep_outputs(const std::string& dir, const std::string& label,
                          const PhaseSummary& summary, const nlohmann::json& meta);
 
+// ---------------------------------------------------------------------------------------------
+// Charts of the explanation analyses (src/explain): standalone SVG documents, like phase_svg.
+
+// A grid of coloured cells on a diverging scale: `center` white, red below it, blue above it,
+// saturating at center -/+ limit; a NaN cell is grey and shows "-". Each cell prints its value
+// with `decimals` decimals and carries a tooltip. Columns in `shaded_cols` get a grey header
+// (e.g. the boundary phases). Throws phasekv::Error when values is not rows x cols or empty.
+struct Heatmap {
+  std::string title, caption;
+  std::string x_label, y_label, unit;  // unit: appended to values in tooltips and the scale
+  std::vector<std::string> rows, cols;
+  std::vector<std::vector<double>> values;  // [row][col]
+  double center = 0.0, limit = 1.0;
+  int decimals = 0;
+  std::vector<int> shaded_cols;
+};
+std::string heatmap_svg(const Heatmap& h);
+
+// Points (optionally joined in order, with an arrow-like last marker) in the square [lo, hi]^2,
+// with the diagonal y = x. One Okabe-Ito colour per series and a legend; a hollow point is
+// drawn as a ring (e.g. a boundary point left out of a fit).
+struct PlanePoint {
+  double x = 0.0, y = 0.0;
+  bool hollow = false;
+  std::string tip;  // tooltip
+};
+struct PlaneSeries {
+  std::string label;
+  std::vector<PlanePoint> points;
+  bool connect = false;  // a polyline through the points in order (a trajectory)
+};
+struct PlaneChart {
+  std::string title, caption, x_label, y_label;
+  double lo = 0.0, hi = 1.0;
+  std::vector<PlaneSeries> series;
+};
+std::string plane_svg(const PlaneChart& c);
+
 // A line chart: one polyline per series (solid or dashed, optional markers and error bars),
 // nice ticks on both axes, a legend right of the plot. Axis bounds left NaN come from the data.
 // Throws phasekv::Error on an empty series list or a series whose vectors differ in length.

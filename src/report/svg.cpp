@@ -209,6 +209,188 @@ std::string phase_svg(const PhaseSeries& series, const std::string& title) {
 }  // namespace phasekv
 
 // -------------------------------------------------------------------------------------------------
+// Explanation charts.
+
+namespace phasekv {
+namespace {
+
+// White at t = 0, red (#B2182B) at t = -1, blue (#2166AC) at t = +1, linear in RGB.
+std::string diverging_colour(double t) {
+  if (std::isnan(t)) return "#cccccc";
+  t = std::clamp(t, -1.0, 1.0);
+  const int end[2][3] = {{0xB2, 0x18, 0x2B}, {0x21, 0x66, 0xAC}};
+  const int* e = end[t < 0 ? 0 : 1];
+  const double a = std::abs(t);
+  auto mix = [&](int c) { return static_cast<int>(std::lround(255.0 + a * (c - 255.0))); };
+  return fmt::format("#{:02X}{:02X}{:02X}", mix(e[0]), mix(e[1]), mix(e[2]));
+}
+
+std::string format_value(double v, int decimals) {
+  return std::isnan(v) ? std::string("-") : fmt::format("{:.{}f}", v, decimals);
+}
+
+}  // namespace
+
+std::string heatmap_svg(const Heatmap& h) {
+  if (h.rows.empty() || h.cols.empty()) throw Error("heatmap_svg: no rows or columns");
+  if (h.values.size() != h.rows.size())
+    throw Error("heatmap_svg: values has " + std::to_string(h.values.size()) + " rows, expected " +
+                std::to_string(h.rows.size()));
+  for (const auto& row : h.values)
+    if (row.size() != h.cols.size())
+      throw Error("heatmap_svg: a row has " + std::to_string(row.size()) + " values, expected " +
+                  std::to_string(h.cols.size()));
+  if (!(h.limit > 0.0)) throw Error("heatmap_svg: limit must be > 0");
+  size_t label_chars = 0;
+  for (const auto& r : h.rows) label_chars = std::max(label_chars, r.size());
+  Frame f;
+  f.left = 24 + 7.6 * static_cast<double>(std::min<size_t>(label_chars, 24));
+  const double cell_w = std::clamp(560.0 / static_cast<double>(h.cols.size()), 28.0, 64.0);
+  const double cell_h = 26.0;
+  f.top = 72;
+  f.width = f.left + cell_w * static_cast<double>(h.cols.size()) + 110;
+  f.height = f.top + cell_h * static_cast<double>(h.rows.size()) + 56;
+  std::string out = svg_open(f, h.title);
+  if (!h.caption.empty())
+    out += fmt::format("<text x=\"{:.1f}\" y=\"42\" fill=\"#555555\" font-size=\"11\">{}</text>\n",
+                       f.left, xml_escape(h.caption));
+  for (size_t c = 0; c < h.cols.size(); ++c) {
+    const bool shaded =
+        std::find(h.shaded_cols.begin(), h.shaded_cols.end(), static_cast<int>(c)) !=
+        h.shaded_cols.end();
+    const double x = f.left + cell_w * static_cast<double>(c);
+    if (shaded)
+      out += fmt::format(
+          "<rect class=\"shaded\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"16\" "
+          "fill=\"#dddddd\"/>\n",
+          x, f.top - 18, cell_w);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                       x + cell_w / 2, f.top - 6, xml_escape(h.cols[c]));
+  }
+  for (size_t r = 0; r < h.rows.size(); ++r) {
+    const double y = f.top + cell_h * static_cast<double>(r);
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n",
+                       f.left - 6, y + cell_h / 2 + 4, xml_escape(h.rows[r]));
+    for (size_t c = 0; c < h.cols.size(); ++c) {
+      const double v = h.values[r][c];
+      const double t = (v - h.center) / h.limit;
+      const std::string fill = diverging_colour(t);
+      const std::string ink = std::abs(t) > 0.6 ? "#ffffff" : "#000000";
+      const double x = f.left + cell_w * static_cast<double>(c);
+      out += fmt::format(
+          "<g class=\"cell\"><rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+          "fill=\"{}\" stroke=\"#ffffff\"><title>{} {}: {}{}</title></rect>"
+          "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\" font-size=\"11\" fill=\"{}\">{}"
+          "</text></g>\n",
+          x, y, cell_w, cell_h, fill, xml_escape(h.rows[r]), xml_escape(h.cols[c]),
+          format_value(v, h.decimals), xml_escape(h.unit), x + cell_w / 2, y + cell_h / 2 + 4, ink,
+          format_value(v, h.decimals));
+    }
+  }
+  const double grid_bottom = f.top + cell_h * static_cast<double>(h.rows.size());
+  if (!h.x_label.empty())
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n",
+                       f.left + cell_w * static_cast<double>(h.cols.size()) / 2, grid_bottom + 22,
+                       xml_escape(h.x_label));
+  if (!h.y_label.empty())
+    out += fmt::format("<text x=\"8\" y=\"{:.1f}\" font-size=\"11\" fill=\"#555555\">{}</text>\n",
+                       f.top - 6, xml_escape(h.y_label));
+  // Colour scale: center + limit (blue) at the top, center - limit (red) at the bottom.
+  const double sx = f.left + cell_w * static_cast<double>(h.cols.size()) + 24;
+  const double sh = std::max(80.0, grid_bottom - f.top);
+  for (int i = 0; i < 20; ++i) {
+    const double t = 1.0 - (i + 0.5) / 10.0;  // +1 at the top, -1 at the bottom
+    out += fmt::format(
+        "<rect class=\"scale\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"{:.2f}\" "
+        "fill=\"{}\"/>\n",
+        sx, f.top + sh * i / 20.0, sh / 20.0 + 0.5, diverging_colour(t));
+  }
+  const double labels[3] = {h.center + h.limit, h.center, h.center - h.limit};
+  for (int i = 0; i < 3; ++i)
+    out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\">{}{}</text>\n", sx + 18,
+                       f.top + sh * i / 2.0 + 4, format_value(labels[i], h.decimals),
+                       xml_escape(h.unit));
+  return out + "</svg>\n";
+}
+
+std::string plane_svg(const PlaneChart& c) {
+  if (!(c.hi > c.lo)) throw Error("plane_svg: need hi > lo");
+  Frame f;
+  f.width = 520;
+  f.height = 500;
+  f.left = 64;
+  f.top = 56;
+  f.bottom = 56;
+  size_t longest = 0;
+  for (const auto& s : c.series) longest = std::max(longest, s.label.size());
+  f.right = c.series.size() > 1 ? 48 + 7.6 * static_cast<double>(std::min(longest, kLegendChars))
+                                : 24.0;
+  f.width += f.right - 24;
+  const double side = std::min(f.plot_w(), f.plot_h());
+  auto px = [&](double v) { return f.left + (std::clamp(v, c.lo, c.hi) - c.lo) / (c.hi - c.lo) * side; };
+  auto py = [&](double v) {
+    return f.top + side - (std::clamp(v, c.lo, c.hi) - c.lo) / (c.hi - c.lo) * side;
+  };
+  std::string out = svg_open(f, c.title);
+  if (!c.caption.empty())
+    out += fmt::format("<text x=\"{:.1f}\" y=\"42\" fill=\"#555555\" font-size=\"11\">{}</text>\n",
+                       f.left, xml_escape(c.caption));
+  for (int i = 0; i <= 4; ++i) {
+    const double v = c.lo + (c.hi - c.lo) * i / 4.0;
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{2:.1f}\" x2=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#eeeeee\"/>"
+        "<line x1=\"{3:.1f}\" y1=\"{4:.1f}\" x2=\"{3:.1f}\" y2=\"{5:.1f}\" stroke=\"#eeeeee\"/>\n"
+        "<text x=\"{6:.1f}\" y=\"{7:.1f}\" text-anchor=\"end\">{8:.2g}</text>"
+        "<text x=\"{3:.1f}\" y=\"{9:.1f}\" text-anchor=\"middle\">{8:.2g}</text>\n",
+        f.left, f.left + side, py(v), px(v), f.top, f.top + side, f.left - 6, py(v) + 4, v,
+        f.top + side + 16);
+  }
+  out += fmt::format(
+      "<rect x=\"{0:.1f}\" y=\"{1:.1f}\" width=\"{2:.1f}\" height=\"{2:.1f}\" fill=\"none\" "
+      "stroke=\"#333333\"/>\n"
+      "<line class=\"diagonal\" x1=\"{0:.1f}\" y1=\"{3:.1f}\" x2=\"{4:.1f}\" y2=\"{1:.1f}\" "
+      "stroke=\"#999999\" stroke-dasharray=\"4,3\"/>\n"
+      "<text x=\"{5:.1f}\" y=\"{6:.1f}\" text-anchor=\"middle\">{7}</text>\n"
+      "<text transform=\"translate({8:.1f},{9:.1f}) rotate(-90)\" text-anchor=\"middle\">{10}"
+      "</text>\n",
+      f.left, f.top, side, f.top + side, f.left + side, f.left + side / 2, f.top + side + 40,
+      xml_escape(c.x_label), f.left - 44, f.top + side / 2, xml_escape(c.y_label));
+  PhaseSeries legend;  // labels only, for svg_legend's layout
+  for (size_t i = 0; i < c.series.size(); ++i) {
+    const PlaneSeries& s = c.series[i];
+    const char* colour = kPalette[i % kPaletteSize];
+    out += fmt::format("<g class=\"series\" data-label=\"{}\">\n", xml_escape(s.label));
+    if (s.connect && s.points.size() > 1) {
+      std::string d;
+      for (size_t k = 0; k < s.points.size(); ++k)
+        d += fmt::format("{}{:.1f},{:.1f}", k ? "L" : "M", px(s.points[k].x), py(s.points[k].y));
+      out += fmt::format("<path d=\"{}\" stroke=\"{}\" fill=\"none\" stroke-width=\"1.5\"/>\n", d,
+                         colour);
+    }
+    for (size_t k = 0; k < s.points.size(); ++k) {
+      const PlanePoint& p = s.points[k];
+      const bool last = s.connect && k + 1 == s.points.size();
+      out += fmt::format(
+          "<circle class=\"point\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" fill=\"{}\" stroke=\"{}\" "
+          "stroke-width=\"1.5\"><title>{}</title></circle>\n",
+          px(p.x), py(p.y), last ? 5.0 : 3.5, p.hollow ? "#ffffff" : colour, colour,
+          xml_escape(p.tip.empty() ? s.label : p.tip));
+    }
+    out += "</g>\n";
+    legend.emplace_back(s.label, PhaseSummary{});
+  }
+  if (c.series.size() > 1) {
+    Frame lf = f;
+    lf.width = f.left + side + f.right;  // the legend sits right of the square
+    lf.right = f.right;
+    out += svg_legend(lf, legend);
+  }
+  return out + "</svg>\n";
+}
+
+}  // namespace phasekv
+
+// -------------------------------------------------------------------------------------------------
 // Line charts (`phasekv theory`: trajectories over flow time, coverage against heads).
 
 namespace phasekv {
