@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 // Bottom to top.
 const std::vector<std::string> kLayers = {"util",    "config",  "task",  "io",   "kernels",
                                           "model",   "runtime", "backend", "train", "eval",
-                                          "report",  "theory",  "suite",   "server", "perf",
-                                          "cli"};
+                                          "report",  "theory",  "explain", "suite", "server",
+                                          "perf",    "cli"};
 
 TEST(Layers, NoIncludePointsUp) {
   std::map<std::string, int> rank;

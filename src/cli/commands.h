@@ -14,6 +14,8 @@ void register_serve(CLI::App& app);
 void register_audit(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_repro(CLI::App& app);
+// knockout, gates, gate-cycle and `explain report` (cmd_explain.cpp).
+void register_explain(CLI::App& app);
 void register_theory(CLI::App& app);
 
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   phasekv::cli::register_audit(app);
   phasekv::cli::register_bench(app);
   phasekv::cli::register_repro(app);
+  phasekv::cli::register_explain(app);
   phasekv::cli::register_theory(app);
   try {
     app.parse(argc, argv);
