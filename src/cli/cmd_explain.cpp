@@ -196,8 +196,8 @@ void register_gate_cycle(CLI::App& app) {
   auto heads = std::make_shared<std::vector<int>>();
   add_sweep_options(cmd, *a);
   cmd->add_option("--delta", *deltas,
-                  "shifts D, comma-separated (write --delta=-1,1 for negatives), or 'all' = "
-                  "+-1 ... +-(S-1)")
+                  "shifts D, comma-separated (write --delta=-1,1 for negatives), or 'all' = 1 ... "
+                  "S-1 (with W = S, D and D - S are the same shift)")
       ->required()
       ->delimiter(',')
       ->allow_extra_args(false);
@@ -210,10 +210,7 @@ void register_gate_cycle(CLI::App& app) {
     const int stride = check_cyclable(backend.model()->cfg, *layers, *heads);
     for (const auto& d : *deltas) {
       if (d == "all") {
-        for (int k = 1; k < stride; ++k) {
-          o.deltas.push_back(-k);
-          o.deltas.push_back(k);
-        }
+        for (int k = 1; k < stride; ++k) o.deltas.push_back(k);
         continue;
       }
       try {

@@ -66,6 +66,12 @@ std::string knockout_findings(const LoadedAnalysis& a) {
   std::map<std::string, std::vector<std::string>> by_verdict;
   for (const auto& u : s["units"]) {
     const json& sp = u["specialisation"];
+    if (sp["verdict"] == "no effect") {
+      by_verdict["no effect"].push_back(fmt::format("{} (drop {} pp {})",
+                                                    u["condition"].get<std::string>(),
+                                                    f2(u["mean_drop_pp"], 1), ci(u["mean_drop_ci_pp"])));
+      continue;
+    }
     by_verdict[sp["verdict"].get<std::string>()].push_back(fmt::format(
         "{} (drop {} pp {}, index {} {}, p = {}{})", u["condition"].get<std::string>(),
         f2(u["mean_drop_pp"], 1), ci(u["mean_drop_ci_pp"]), f2(sp["index"]), ci(sp["index_ci"], 2),
@@ -221,11 +227,12 @@ std::string cycle_findings(const LoadedAnalysis& a) {
     if (delta != 0) (acc.get<double>() <= unshifted + 0.05 ? weak : recovered).push_back(text);
   }
   return fmt::format(
-      "- **{}, gate cycling** (D = {}): R^2 of observed vs predicted accuracy changes {} {} "
+      "- **{}, gate cycling** (layers {}, D = {}): R^2 of observed vs predicted accuracy changes {} {} "
       "without the boundary ({} points), {} {} over all phases. Boundary phase {} accuracy {}; "
       "it does not recover under {} of {} shifts{}.\n",
-      model_name(a), ints(f["deltas"]), f2(f["r2_interior"]), ci(f["r2_interior_ci"], 2),
-      f["n_interior"].get<int>(), f2(f["r2_all"]), ci(f["r2_all_ci"], 2), S - 1, join(all, ", "),
+      model_name(a), ints(a.summary["layers"]), ints(f["deltas"]), f2(f["r2_interior"]),
+      ci(f["r2_interior_ci"], 2), f["n_interior"].get<int>(), f2(f["r2_all"]),
+      ci(f["r2_all_ci"], 2), S - 1, join(all, ", "),
       weak.size(), weak.size() + recovered.size(),
       recovered.empty() ? "" : fmt::format(" (it rises above its unshifted accuracy + 5 pp under {})",
                                            join(recovered, ", ")));
@@ -337,9 +344,9 @@ std::string explanation_markdown(const std::vector<LoadedAnalysis>& analyses,
       "the README. Every number below is read from the analyses' JSON files; each section names "
       "the command that measured it and the CPU. Intervals are 95 % cluster-bootstrap intervals "
       "over logical examples (paired where two conditions are compared). A knockout's verdict is "
-      "\"no effect\" unless its mean drop's interval lies above 0, then \"phase-specific\" when the "
-      "permutation test of its specialisation index gives p < 0.05, else \"phase-agnostic\" "
-      "(eval/stats.h, Specialisation). A gate counts as statically concentrated when "
+      "\"no effect\" unless its mean drop's interval lies above 0, then \"phase-specific\" when its "
+      "specialisation index is at least 0.25 and the permutation test gives p < 0.05, else "
+      "\"phase-agnostic\" (eval/stats.h, Specialisation). A gate counts as statically concentrated when "
       "exp(H(E[a])) <= W/2.\n\n## Findings\n\n";
   for (const auto& a : analyses) {
     if (a.kind == "knockout") out += knockout_findings(a);

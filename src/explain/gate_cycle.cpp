@@ -176,11 +176,10 @@ nlohmann::json GateCycleResult::to_json() const {
 PlaneChart gate_cycle_chart(const GateCycleResult& r) {
   PlaneChart c;
   c.title = "gate cycling: observed vs predicted accuracy change";
-  c.caption = fmt::format(
-      "A_D(r) - A_0(r) against A_0((r-D) mod {}) - A_0(r), phases folded mod {}; rings: the "
-      "boundary phase (left out of R^2 interior = {})",
-      r.stride, r.stride,
-      std::isnan(r.fit.r2_interior) ? std::string("n/a") : fmt::format("{:.2f}", r.fit.r2_interior));
+  c.caption = fmt::format("phases folded mod {}; rings: boundary phase {} (not in R^2 interior = {})",
+                          r.stride, r.stride - 1,
+                          std::isnan(r.fit.r2_interior) ? std::string("n/a")
+                                                        : fmt::format("{:.2f}", r.fit.r2_interior));
   c.x_label = "predicted change A_0((r-D) mod S) - A_0(r)";
   c.y_label = "observed change A_D(r) - A_0(r)";
   c.lo = -1.0;

@@ -198,10 +198,9 @@ std::string knockout_csv(const KnockoutResult& r) {
 Heatmap knockout_heatmap(const KnockoutResult& r) {
   Heatmap h;
   h.title = "knockout: relative change of accuracy by phase";
-  h.caption = fmt::format(
-      "100 (acc_knockout - acc_clean) / acc_clean at the final position; {} examples; grey "
-      "header: boundary phases (r mod {} = {})",
-      r.clean.examples, r.fold, r.fold - 1);
+  h.caption = fmt::format("100 (ko - clean) / clean at the final position, {} examples; grey: "
+                          "boundary phases",
+                          r.clean.examples);
   h.x_label = fmt::format("phase r = target position mod {}", r.modulus);
   h.y_label = "layer.KV head";
   h.unit = " %";

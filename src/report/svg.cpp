@@ -248,7 +248,7 @@ std::string heatmap_svg(const Heatmap& h) {
   const double cell_w = std::clamp(560.0 / static_cast<double>(h.cols.size()), 28.0, 64.0);
   const double cell_h = 26.0;
   f.top = 72;
-  f.width = f.left + cell_w * static_cast<double>(h.cols.size()) + 110;
+  f.width = std::max(640.0, f.left + cell_w * static_cast<double>(h.cols.size()) + 110);
   f.height = f.top + cell_h * static_cast<double>(h.rows.size()) + 56;
   std::string out = svg_open(f, h.title);
   if (!h.caption.empty())
