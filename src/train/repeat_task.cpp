@@ -34,9 +34,12 @@ RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng,
   // standard library; the bias is below 1e-17 for these ranges.)
   auto below = [&rng](int k) { return static_cast<int>(rng() % static_cast<uint64_t>(k)); };
   // Marked: n = len / 2 - 1, so that <q> sits at the same place in every row of a length.
-  // Unmarked: n uniform in [2, most], the rest of the row a prefix of other tokens, so the distance
-  // between the copies varies and a head cannot follow the repeat by a fixed offset.
-  const int most = std::min((len - 1) / 2, n_content - 1);
+  // Unmarked: a row of L tokens, L even and uniform in [6, len]; n uniform in [2, most]; the rest
+  // of the row a prefix of other tokens. The distance between the copies varies, so a head cannot
+  // follow the repeat by a fixed offset; the short rows let induction form at all: a control
+  // trained on rows of 73 tokens had not formed it after 3,000 steps, on rows of 31 it did in 300.
+  const int row = marked ? len : 6 + 2 * below((len - 6) / 2 + 1);
+  const int most = std::min((row - 1) / 2, n_content - 1);
   const int n = marked ? len / 2 - 1 : 2 + below(most - 1);
   // A partial Fisher-Yates shuffle draws n distinct content tokens.
   std::vector<int32_t> pool(static_cast<size_t>(n_content));
@@ -46,7 +49,7 @@ RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng,
   RepeatSequence out;
   out.tokens.push_back(TaskVocab::kBos);
   if (!marked)  // the prefix: tokens outside the repeat, so each repeated token has one match
-    for (int i = 0, m = len - 1 - 2 * n; i < m; ++i)
+    for (int i = 0, m = row - 1 - 2 * n; i < m; ++i)
       out.tokens.push_back(pool[static_cast<size_t>(n + below(n_content - n))]);
   const int start = static_cast<int>(out.tokens.size());  // s1 of the first copy
   out.tokens.insert(out.tokens.end(), pool.begin(), pool.begin() + n);

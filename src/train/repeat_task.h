@@ -26,13 +26,14 @@ struct RepeatSequence {
 // A sequence of `len` tokens (len even, >= 6) of distinct content tokens s1..sn (keys, values and
 // fillers of `c`'s vocabulary, so the same embeddings are trained) and their repeat.
 // Marked (the default): `<bos> s1..sn <q> s1..sn` with n = len / 2 - 1; the loss covers <q> -> s1
-// and every token of the repeat but the last. Unmarked: `<bos> x1..xm s1..sn s1..sn` with n uniform
-// in [2, min((len - 1) / 2, content tokens - 1)] and a prefix of m = len - 1 - 2n tokens drawn
-// from the tokens outside s; nothing announces the repeat, so the loss covers the second copy from
-// its second token. Why both: a model trained on marked repeats may learn an induction head that
-// only fires after <q>, and with one length per row it can copy by a fixed offset instead of by
-// content (a lookup12 control followed repeats of exactly 35 tokens and no others:
-// docs/FINDINGS.md); the lookup task's queries carry no marker and sit at every distance.
+// and every token of the repeat but the last. Unmarked: `<bos> x1..xm s1..sn s1..sn`, a row of L
+// tokens with L even and uniform in [6, len], n uniform in [2, min((L - 1) / 2, content tokens
+// - 1)] and a prefix of m = L - 1 - 2n tokens drawn from the tokens outside s; nothing announces
+// the repeat, so the loss covers the second copy from its second token. Why both: a model trained
+// on marked repeats may learn an induction head that only fires after <q>, and with one length
+// per row it can copy by a fixed offset instead of by content (a lookup12 control followed
+// repeats of exactly 35 tokens and no others: docs/FINDINGS.md); the lookup task's queries carry
+// no marker and sit at every distance.
 RepeatSequence sample_repeat_sequence(const TaskConfig& c, std::mt19937_64& rng, int len,
                                       bool marked = true);
 
