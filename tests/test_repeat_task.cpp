@@ -205,3 +205,46 @@ TEST(RepeatTask, RepeatFractionIsReadAndRangeChecked) {
 
 }  // namespace
 }  // namespace phasekv
+
+namespace phasekv {
+namespace {
+
+TEST(RepeatTask, InductionWarmUpBatchesAreShortUnmarkedRepeatsAndItsKeysAreChecked) {
+  const TaskConfig c = small_task();
+  std::mt19937_64 rng(11);
+  const TrainingBatch batch = make_induction_batch(c, rng, 16, 12);
+  EXPECT_LE(batch.tokens.size(1), 12);
+  for (int64_t b = 0; b < 16; ++b) {
+    const auto tg = targets_of(batch, b);  // also checks each target is the next token
+    ASSERT_GE(tg.size(), 1u) << b;
+    for (int64_t t = 0; t < batch.tokens.size(1); ++t)
+      EXPECT_NE(batch.tokens[b][t].item<int64_t>(), TaskVocab::kQuery);
+  }
+
+  auto j = nlohmann::json::parse(R"({
+    "model": {"vocab_size": 29, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,
+              "head_dim": 16, "d_ff": 64, "max_context": 64},
+    "task": {"name": "kv", "n_keys": 8, "n_values": 8, "n_filler": 8, "n_records": 2,
+             "context_len": 16},
+    "train": {"steps": 100, "induction_steps": 40, "induction_len": 20}})");
+  const TrainConfig ok = train_config_from_json(j, "t.toml", ".");
+  EXPECT_EQ(ok.train.induction_steps, 40);
+  EXPECT_EQ(train_options_to_json(ok.train).at("induction_len"), 20);
+  EXPECT_FALSE(train_options_to_json(TrainOptions{}).contains("induction_steps"));
+  auto refused = [&](const char* key, int value, const std::string& says) {
+    auto bad = j;
+    bad["train"][key] = value;
+    try {
+      train_config_from_json(bad, "t.toml", ".");
+      ADD_FAILURE() << key << " = " << value << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused("induction_steps", 101, "'induction_steps' is 101 (allowed: 0 to steps = 100)");
+  refused("induction_len", 4, "'induction_len' is 4 (allowed: 6 to 50");  // 24 content tokens
+  refused("induction_len", 52, "'induction_len' is 52");
+}
+
+}  // namespace
+}  // namespace phasekv

@@ -8,28 +8,18 @@
 
 namespace phasekv {
 
-TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
-                                  double repeat_fraction, bool repeat_marker) {
-  const int n_repeat = static_cast<int>(std::lround(repeat_fraction * B));
-  std::vector<std::vector<int32_t>> seqs;
-  std::vector<std::vector<int>> loss_at;
+namespace {
+
+// Right-pads the rows with <pad> into one [B, T] tensor and lists their loss positions.
+TrainingBatch assemble(const std::vector<std::vector<int32_t>>& seqs,
+                       const std::vector<std::vector<int>>& loss_at) {
   size_t T = 0;
-  for (int b = 0; b < B; ++b) {
-    if (b < n_repeat) {
-      RepeatSequence r = sample_repeat_sequence(task, rng, draw_repeat_length(task, rng, M), repeat_marker);
-      seqs.push_back(std::move(r.tokens));
-      loss_at.push_back(std::move(r.positions));
-    } else {
-      TaskExample ex = sample_training_example(task, rng, M);
-      loss_at.push_back(answer_positions(ex));
-      seqs.push_back(std::move(ex.tokens));
-    }
-    T = std::max(T, seqs.back().size());
-  }
+  for (const auto& seq : seqs) T = std::max(T, seq.size());
+  const auto B = static_cast<int64_t>(seqs.size());
   auto tokens = torch::full({B, static_cast<int64_t>(T)}, TaskVocab::kPad, torch::kInt64);
   auto acc = tokens.accessor<int64_t, 2>();
   std::vector<int64_t> row, col, target;
-  for (int b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < B; ++b) {
     const auto& seq = seqs[static_cast<size_t>(b)];
     for (size_t t = 0; t < seq.size(); ++t) acc[b][static_cast<int64_t>(t)] = seq[t];
     for (int p : loss_at[static_cast<size_t>(b)]) {
@@ -39,6 +29,40 @@ TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, 
     }
   }
   return {tokens, torch::tensor(row), torch::tensor(col), torch::tensor(target)};
+}
+
+}  // namespace
+
+TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
+                                  double repeat_fraction, bool repeat_marker) {
+  const int n_repeat = static_cast<int>(std::lround(repeat_fraction * B));
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::vector<int>> loss_at;
+  for (int b = 0; b < B; ++b) {
+    if (b < n_repeat) {
+      RepeatSequence r =
+          sample_repeat_sequence(task, rng, draw_repeat_length(task, rng, M), repeat_marker);
+      seqs.push_back(std::move(r.tokens));
+      loss_at.push_back(std::move(r.positions));
+    } else {
+      TaskExample ex = sample_training_example(task, rng, M);
+      loss_at.push_back(answer_positions(ex));
+      seqs.push_back(std::move(ex.tokens));
+    }
+  }
+  return assemble(seqs, loss_at);
+}
+
+TrainingBatch make_induction_batch(const TaskConfig& task, std::mt19937_64& rng, int B,
+                                   int max_len) {
+  std::vector<std::vector<int32_t>> seqs;
+  std::vector<std::vector<int>> loss_at;
+  for (int b = 0; b < B; ++b) {
+    RepeatSequence r = sample_repeat_sequence(task, rng, max_len & ~1, false);
+    seqs.push_back(std::move(r.tokens));
+    loss_at.push_back(std::move(r.positions));
+  }
+  return assemble(seqs, loss_at);
 }
 
 }  // namespace phasekv

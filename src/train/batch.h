@@ -22,4 +22,9 @@ struct TrainingBatch {
 TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
                                   double repeat_fraction, bool repeat_marker = true);
 
+// The induction warm-up's batch ([train] induction_steps): B unmarked repeats, each row of an even
+// length uniform in [6, max_len] (repeat_task.h). Consumes `rng` in row order.
+TrainingBatch make_induction_batch(const TaskConfig& task, std::mt19937_64& rng, int B,
+                                   int max_len);
+
 }  // namespace phasekv

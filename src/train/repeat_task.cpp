@@ -83,4 +83,12 @@ void check_repeat_lengths(const TaskConfig& c, int offset_randomization, const s
                          : std::string()));
 }
 
+void check_induction_len(const TaskConfig& c, int induction_len, const std::string& where) {
+  const int most = 2 * content_tokens(c) + 2;
+  if (induction_len < 6 || induction_len > most)
+    throw Error(where + ": [train] key 'induction_len' is " + std::to_string(induction_len) +
+                " (allowed: 6 to " + std::to_string(most) + ", twice the task's " +
+                std::to_string(content_tokens(c)) + " content tokens plus 2)");
+}
+
 }  // namespace phasekv

@@ -48,4 +48,8 @@ int draw_repeat_length(const TaskConfig& c, std::mt19937_64& rng, int offset_ran
 // builds a sequence: at least 6 tokens, and no more distinct tokens than the vocabulary has.
 void check_repeat_lengths(const TaskConfig& c, int offset_randomization, const std::string& where);
 
+// Throws phasekv::Error (naming `where` and [train] induction_len) unless induction_len is in
+// [6, 2 (content tokens) + 2]: the longest unmarked repeat row of distinct tokens c allows.
+void check_induction_len(const TaskConfig& c, int induction_len, const std::string& where);
+
 }  // namespace phasekv

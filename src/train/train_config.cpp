@@ -43,7 +43,8 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
       "beta1",         "beta2",           "clip",
       "seed",          "threads",         "offset_randomization",
       "precision",     "log_every",       "eval_every",    "init_from",
-      "eval_examples", "checkpoint_every", "repeat_fraction", "repeat_marker"};
+      "eval_examples", "checkpoint_every", "repeat_fraction", "repeat_marker",
+      "induction_steps", "induction_len"};
   json_read::check_keys(j, keys, where);
   TrainOptions t;
   read(j, "steps", t.steps, where);
@@ -62,6 +63,8 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   read(j, "init_from", t.init_from, where);
   read(j, "repeat_fraction", t.repeat_fraction, where);
   read(j, "repeat_marker", t.repeat_marker, where);
+  read(j, "induction_steps", t.induction_steps, where);
+  read(j, "induction_len", t.induction_len, where);
   read(j, "log_every", t.log_every, where);
   read(j, "eval_every", t.eval_every, where);
   read(j, "eval_examples", t.eval_examples, where);
@@ -79,6 +82,9 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   if (t.lr <= 0) throw Error(where + ": key 'lr' must be > 0");
   if (t.warmup < 0) throw Error(where + ": key 'warmup' must be >= 0");
   if (t.offset_randomization < 0) throw Error(where + ": key 'offset_randomization' must be >= 0");
+  if (t.induction_steps < 0 || t.induction_steps > t.steps)
+    throw Error(where + ": key 'induction_steps' is " + std::to_string(t.induction_steps) +
+                " (allowed: 0 to steps = " + std::to_string(t.steps) + ")");
   if (!(t.repeat_fraction >= 0 && t.repeat_fraction <= 1))
     throw Error(where + ": key 'repeat_fraction' is " + json(t.repeat_fraction).dump() +
                 " (allowed: a number in [0, 1])");
@@ -109,8 +115,13 @@ nlohmann::json train_options_to_json(const TrainOptions& t) {
           {"eval_every", t.eval_every},
           {"eval_examples", t.eval_examples},
           {"checkpoint_every", t.checkpoint_every}};
-  // Written only when off, so configs and checkpoints of runs from before the key stay unchanged.
+  // Written only when not the default, so configs and checkpoints of runs from before these keys
+  // stay unchanged.
   if (!t.repeat_marker) j["repeat_marker"] = false;
+  if (t.induction_steps > 0) {
+    j["induction_steps"] = t.induction_steps;
+    j["induction_len"] = t.induction_len;
+  }
   return j;
 }
 
@@ -149,6 +160,7 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
                 " tokens (5 specials + n_keys + n_values + n_filler)");
   if (c.train.repeat_fraction > 0)
     check_repeat_lengths(c.task, c.train.offset_randomization, where + ": [train]");
+  if (c.train.induction_steps > 0) check_induction_len(c.task, c.train.induction_len, where);
   c.source = {{"model", model_config_to_json(c.model)},
               {"task", task_config_to_json(c.task)},
               {"train", train_options_to_json(c.train)}};

@@ -35,6 +35,13 @@ struct TrainOptions {
   // Whether a repeat is announced by <q> (`<bos> s1..sn <q> s1..sn`) or not (`<bos> s1..sn s1..sn`);
   // see train/repeat_task.h for why the lookup task needs unmarked repeats.
   bool repeat_marker = true;
+  // An induction warm-up: the first induction_steps steps train on unmarked repeats only, rows of
+  // 6 to induction_len tokens (train/repeat_task.h), before the task (and repeat_fraction) takes
+  // over; the learning-rate schedule runs over all steps. Why: a 2-layer d 64 model trained on the
+  // lookup task (or on long repeats) from the start sat on a plateau for thousands of steps; after
+  // a few hundred steps of short repeats it retrieved within 500 (docs/FINDINGS.md). 0 = off.
+  int induction_steps = 0;
+  int induction_len = 32;
   int log_every = 50;
   int eval_every = 500;
   int eval_examples = 256;

@@ -268,8 +268,10 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   int window = 0;
   auto t_start = std::chrono::steady_clock::now(), t_window = t_start;
   for (; step < t.steps; ++step) {
-    auto batch = make_training_batch(cfg.task, rng, t.batch, t.offset_randomization,
-                                     t.repeat_fraction, t.repeat_marker);
+    auto batch = step < t.induction_steps
+                     ? make_induction_batch(cfg.task, rng, t.batch, t.induction_len)
+                     : make_training_batch(cfg.task, rng, t.batch, t.offset_randomization,
+                                           t.repeat_fraction, t.repeat_marker);
     for (auto& group : opt->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(t, step));
     opt->zero_grad();
