@@ -6,7 +6,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
+
 #include "model/model_dir.h"
+#include "model/precision.h"
 #include "runtime/session.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -15,6 +17,7 @@
 namespace phasekv::cli {
 
 void set_threads(int n) {
+  flush_denormals();  // model/precision.h
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   at::set_num_threads(n);
 }

@@ -229,6 +229,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
     throw Error(out_dir + " already holds " + prev +
                 ": continue it with --resume, or pass --force to train afresh and replace it");
   }
+  flush_denormals();
   at::set_num_threads(t.threads > 0 ? t.threads
                                     : static_cast<int>(std::thread::hardware_concurrency()));
   fs::create_directories(out_dir);
