@@ -386,8 +386,12 @@ void write_explanation(const ExplanationOptions& o) {
   std::map<std::string, int> used;
   for (const auto& a : analyses) {
     std::vector<std::string> l;
-    std::string stem = fs::path(model_name(a)).lexically_normal().filename().string();
-    if (stem.empty()) stem = fs::path(model_name(a)).lexically_normal().parent_path().filename().string();
+    // Figures are named after the model directory; a suite run's model sits in RUN/model
+    // (phasekv repro), so there the run's name is used.
+    fs::path model = fs::path(model_name(a)).lexically_normal();
+    if (model.filename().empty()) model = model.parent_path();
+    if (model.filename() == "model" && model.has_parent_path()) model = model.parent_path();
+    const std::string stem = model.filename().string();
     for (const auto& f : a.figures) {
       std::string name = stem + "-" + f;
       if (used[name]++ > 0) name = fmt::format("{}-{}-{}", stem, used[name] - 1, f);
