@@ -177,9 +177,10 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
 
 // The study's kernel: slot i's token enters entry j as C_i x (payload = per_slot). With mean
 // pooling, no entry norm and no RoPE, entry j is exactly the mean over its slots of C_i x_i, for
-// W = S and for two lanes (W = 2S), in the full forward and from a later tok0 (streaming).
+// W = S, for two lanes (W = 2S) and for a width that is not a multiple of the stride (W = 6, whose
+// second lane holds 2 slots), in the full forward and from a later tok0 (streaming).
 TEST(Model, PerSlotPayloadsUseEachSlotsOwnMap) {
-  for (int64_t W : {4, 8}) {
+  for (int64_t W : {4, 6, 8}) {
     AttentionConfig a;
     a.kind = AttentionKind::kChunked;
     a.stride = 4;

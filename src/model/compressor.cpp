@@ -108,7 +108,10 @@ torch::Tensor CompressorImpl::per_slot_payloads(const torch::Tensor& x, const to
                  .view({B, T, W, kv});
   if (bias.defined()) all = all + bias.to(all.scalar_type());
   auto p = torch::arange(tok0, tok0 + T, torch::kInt64).remainder(S).unsqueeze(1);
-  auto slot = p + (W - S) - S * torch::arange(L, torch::kInt64).unsqueeze(0);  // [T, L]
+  // A token's slot in lane l's entry; outside [0, W) when W is not a multiple of S and the token
+  // is in no entry of that lane (W8/S6: lane 1 holds only the 2 tokens before each stride). Such
+  // rows are never pooled, so the clamp only keeps the gather in bounds.
+  auto slot = (p + (W - S) - S * torch::arange(L, torch::kInt64).unsqueeze(0)).clamp(0, W - 1);
   auto idx = slot.to(x.device()).view({1, T, L, 1}).expand({B, T, L, kv});
   return all.gather(2, idx).view({B, T, L, n_kv, head_dim});
 }
