@@ -12,8 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 mkdir -p runs models
-pairs=("${@:-lookup kv}")
-for pair in ${pairs[*]}; do
+pairs=("$@")
+[ ${#pairs[@]} -gt 0 ] || pairs=(lookup kv)
+for pair in "${pairs[@]}"; do
   case "$pair" in
     lookup | kv) ;;
     *) echo "train-bundled.sh: unknown pair '$pair' (allowed: lookup, kv)" >&2; exit 2 ;;

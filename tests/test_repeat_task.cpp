@@ -203,12 +203,6 @@ TEST(RepeatTask, RepeatFractionIsReadAndRangeChecked) {
   }
 }
 
-}  // namespace
-}  // namespace phasekv
-
-namespace phasekv {
-namespace {
-
 TEST(RepeatTask, InductionWarmUpBatchesAreShortUnmarkedRepeatsAndItsKeysAreChecked) {
   const TaskConfig c = small_task();
   std::mt19937_64 rng(11);

@@ -17,29 +17,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 const std::string kBin = PHASEKV_BINARY;
 
-const char* kBase = R"(
-[model]
-vocab_size = 29
-d_model = 16
-n_layers = 1
-n_heads = 2
-n_kv_heads = 1
-head_dim = 8
-d_ff = 32
-max_context = 64
-[model.attention]
-kind = "chunked"
-stride = 4
-width = 4
-n_win = 1
-[task]
-name = "kv"
-n_keys = 8
-n_values = 8
-n_filler = 8
-n_records = 2
-context_len = 16
-[train]
+const std::string kBase = std::string(test::kTinyModelAndTaskToml) + R"([train]
 steps = 6
 batch = 4
 warmup = 1

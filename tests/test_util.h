@@ -109,6 +109,32 @@ inline ModelConfig tiny_config(const AttentionConfig& a, int n_kv_heads = 2) {
   return c;
 }
 
+// The [model] and [task] sections of a training config that trains in well under a second (d_model
+// 16, one chunked layer with S = W = 4, a 2-record kv task); a test appends its own [train].
+inline const char* const kTinyModelAndTaskToml = R"(
+[model]
+vocab_size = 29
+d_model = 16
+n_layers = 1
+n_heads = 2
+n_kv_heads = 1
+head_dim = 8
+d_ff = 32
+max_context = 64
+[model.attention]
+kind = "chunked"
+stride = 4
+width = 4
+n_win = 1
+[task]
+name = "kv"
+n_keys = 8
+n_values = 8
+n_filler = 8
+n_records = 2
+context_len = 16
+)";
+
 // A small key-value task: vocabulary 5 + 8 + 8 + 8 = 29, 3 records, 24 tokens; a sweep context
 // is context_len - 1 + M - 1 = 22 + M tokens.
 inline TaskConfig small_kv_task() {
