@@ -29,17 +29,7 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-TaskConfig small_lookup(int extra_fill = 0) {
-  TaskConfig c;
-  c.kind = TaskKind::kLookup;
-  c.n_keys = 16;
-  c.n_values = 16;
-  c.n_filler = 8;
-  c.n_records = 6;
-  c.n_demos = 2;
-  c.context_len = 2 * (6 + 2) + 3 + extra_fill;
-  return c;
-}
+using test::small_lookup;
 
 // The study's sizes: 64 records, 8 demonstrations, no filler between records.
 TaskConfig study_lookup() {

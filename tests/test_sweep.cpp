@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,6 +13,7 @@
 #include <tuple>
 
 #include "backend/local_backend.h"
+#include "eval/mitigations.h"
 #include "eval/sweep.h"
 #include "model/model_dir.h"
 #include "io/tokenizer.h"
@@ -139,6 +142,42 @@ TEST_F(SweepTest, ScoreMatchesTheFullForwardAcrossLengthGroups) {
     EXPECT_FALSE(results[i].censored);
   }
   EXPECT_NE(results.back().error.find("99"), std::string::npos) << results.back().error;
+}
+
+// Phase ensembling averages these distributions (eval/mitigations.h): they must be the
+// probabilities of the same forwards score() reads, a bad request failing alone; and an ensemble
+// of one copy must answer exactly what score() answers.
+TEST_F(SweepTest, DistributionsAreTheProbabilitiesScoreReads) {
+  LocalBackend b = backend(2);
+  std::vector<ScoreRequest> requests;
+  for (int i = 0; i < 5; ++i) {
+    const int64_t len = i % 2 ? 9 : 13;
+    auto t = test::random_tokens(len, b.model()->cfg.vocab_size, 200 + static_cast<uint64_t>(i));
+    requests.push_back({std::vector<int32_t>(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + len),
+                        static_cast<int32_t>(i + 3)});
+  }
+  requests.push_back({{1, 2, 99}, 3});
+  const auto scores = b.score(requests);
+  const auto dists = b.next_token_distributions(requests);
+  const auto ensemble = score_ensemble(b, requests, 1);
+  ASSERT_EQ(dists.size(), requests.size());
+  for (size_t i = 0; i + 1 < requests.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(dists[i].error, "");
+    const std::vector<double>& p = dists[i].probs;
+    ASSERT_EQ(p.size(), static_cast<size_t>(b.model()->cfg.vocab_size));
+    double sum = 0;
+    for (double x : p) sum += x;
+    EXPECT_NEAR(sum, 1.0, 1e-12);
+    EXPECT_EQ(std::max_element(p.begin(), p.end()) - p.begin(), scores[i].argmax);
+    EXPECT_NEAR(std::log(p[static_cast<size_t>(requests[i].target)]), scores[i].target_logprob,
+                1e-12);
+    EXPECT_EQ(ensemble[i].argmax, scores[i].argmax);
+    EXPECT_NEAR(ensemble[i].target_logprob, scores[i].target_logprob, 1e-12);
+  }
+  EXPECT_NE(dists.back().error.find("99"), std::string::npos) << dists.back().error;
+  EXPECT_TRUE(dists.back().probs.empty());
+  EXPECT_EQ(ensemble.back().error, dists.back().error);
 }
 
 TEST_F(SweepTest, GenerateIsGreedyOverTheFullForward) {

@@ -147,6 +147,20 @@ inline TaskConfig small_kv_task() {
   return c;
 }
 
+// A small lookup task: 6 records, 2 demonstrations, context_len 19 (its minimum) plus
+// `extra_fill` body fillers; a sweep context is context_len - 1 + 4M - 2 tokens.
+inline TaskConfig small_lookup(int extra_fill = 0) {
+  TaskConfig c;
+  c.kind = TaskKind::kLookup;
+  c.n_keys = 16;
+  c.n_values = 16;
+  c.n_filler = 8;
+  c.n_records = 6;
+  c.n_demos = 2;
+  c.context_len = 2 * (6 + 2) + 3 + extra_fill;
+  return c;
+}
+
 // A tiny chunked model (S = W = 4, n_win 1) over small_kv_task()'s vocabulary.
 inline ModelConfig small_kv_model_config(int max_context) {
   AttentionConfig a;

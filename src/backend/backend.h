@@ -24,6 +24,12 @@ struct ScoreResult {
   std::string error;            // non-empty: the request failed for good (after retries)
 };
 
+// The full next-token distribution after one context (Backend::next_token_distributions).
+struct Distribution {
+  std::vector<double> probs;  // one probability per vocabulary id; empty on error
+  std::string error;          // non-empty: the request failed for good
+};
+
 // Per-context outcome of Backend::generate_many.
 struct Generation {
   std::vector<int32_t> tokens;
@@ -40,6 +46,17 @@ class Backend {
   // Next-token scoring of many contexts; results in request order. Failures are reported per
   // request in ScoreResult::error, never by throwing, so a long sweep goes on.
   virtual std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) = 0;
+  // The whole next-token distribution after each context, for phase ensembling
+  // (eval/mitigations.h), which averages the distributions of shifted copies. Errors per request,
+  // like score(). The default fails every request: a server returns only its top-N
+  // log-probabilities, and averaging truncated distributions would not be the ensemble.
+  virtual std::vector<Distribution> next_token_distributions(
+      const std::vector<ScoreRequest>& requests) {
+    return std::vector<Distribution>(
+        requests.size(),
+        Distribution{{}, model_id() + " returns no full next-token distribution (phase "
+                                      "ensembling needs an in-process model: phasekv sweep)"});
+  }
   // Greedy generation of up to max_tokens tokens after context.
   virtual std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) = 0;
   // Greedy generation for many contexts, errors per context (never thrown). Backends that can

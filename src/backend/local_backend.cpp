@@ -99,9 +99,9 @@ std::string LocalBackend::request_error(const ScoreRequest& r) const {
   return "";
 }
 
-void LocalBackend::score_group(const std::vector<ScoreRequest>& requests,
-                               const std::vector<size_t>& group, std::vector<ScoreResult>& out,
-                               std::vector<AttentionProbe>* probes) {
+torch::Tensor LocalBackend::last_logprobs(const std::vector<ScoreRequest>& requests,
+                                          const std::vector<size_t>& group,
+                                          std::vector<AttentionProbe>* probes) {
   const int64_t B = static_cast<int64_t>(group.size());
   const int64_t T = static_cast<int64_t>(requests[group.front()].context.size());
   auto tokens = torch::empty({B, T}, torch::kInt64);
@@ -112,17 +112,32 @@ void LocalBackend::score_group(const std::vector<ScoreRequest>& requests,
   // Only the last position is scored: the LM head on [B, V] instead of [B, T, V].
   auto last = model_->hidden(tokens, probes).select(1, T - 1);
   // float64 so that a target far down the distribution keeps its exact log-probability.
-  auto logp =
-      torch::log_softmax(model_->logits_from_hidden(last).to(torch::kFloat64), -1).contiguous();
-  auto argmax = logp.argmax(-1).contiguous();
-  auto lp = logp.accessor<double, 2>();
-  auto am = argmax.accessor<int64_t, 1>();
-  for (int64_t b = 0; b < B; ++b) {
-    ScoreResult& r = out[group[b]];
-    r.argmax = static_cast<int32_t>(am[b]);
-    r.argmax_logprob = lp[b][am[b]];
-    r.target_logprob = lp[b][requests[group[b]].target];
+  return torch::log_softmax(model_->logits_from_hidden(last).to(torch::kFloat64), -1).contiguous();
+}
+
+std::vector<std::string> LocalBackend::for_each_group(const std::vector<ScoreRequest>& requests,
+                                                      std::vector<AttentionProbe>* probes,
+                                                      const GroupUse& use) {
+  std::vector<std::string> errors(requests.size());
+  std::map<size_t, std::vector<size_t>> by_length;  // length -> request indices, in order
+  for (size_t i = 0; i < requests.size(); ++i) {
+    errors[i] = request_error(requests[i]);
+    if (errors[i].empty()) by_length[requests[i].context.size()].push_back(i);
   }
+  for (const auto& [length, indices] : by_length) {
+    for (size_t start = 0; start < indices.size(); start += static_cast<size_t>(batch_size_)) {
+      const size_t end = std::min(indices.size(), start + static_cast<size_t>(batch_size_));
+      const std::vector<size_t> group(indices.begin() + static_cast<long>(start),
+                                      indices.begin() + static_cast<long>(end));
+      // The interface promises per-request errors, never a throw that ends a sweep.
+      try {
+        use(group, last_logprobs(requests, group, probes));
+      } catch (const std::exception& e) {
+        for (size_t i : group) errors[i] = std::string("forward failed: ") + e.what();
+      }
+    }
+  }
+  return errors;
 }
 
 std::vector<ScoreResult> LocalBackend::score(const std::vector<ScoreRequest>& requests) {
@@ -132,23 +147,37 @@ std::vector<ScoreResult> LocalBackend::score(const std::vector<ScoreRequest>& re
 std::vector<ScoreResult> LocalBackend::score(const std::vector<ScoreRequest>& requests,
                                              std::vector<AttentionProbe>* probes) {
   std::vector<ScoreResult> out(requests.size());
-  std::map<size_t, std::vector<size_t>> by_length;  // length -> request indices, in order
-  for (size_t i = 0; i < requests.size(); ++i) {
-    out[i].error = request_error(requests[i]);
-    if (out[i].error.empty()) by_length[requests[i].context.size()].push_back(i);
-  }
-  for (const auto& [length, indices] : by_length) {
-    for (size_t start = 0; start < indices.size(); start += static_cast<size_t>(batch_size_)) {
-      const size_t end = std::min(indices.size(), start + static_cast<size_t>(batch_size_));
-      const std::vector<size_t> group(indices.begin() + static_cast<long>(start),
-                                      indices.begin() + static_cast<long>(end));
-      // The interface promises per-request errors, never a throw that ends a sweep.
-      try {
-        score_group(requests, group, out, probes);
-      } catch (const std::exception& e) {
-        for (size_t i : group) out[i].error = std::string("forward failed: ") + e.what();
-      }
+  const auto errors = for_each_group(requests, probes, [&](const std::vector<size_t>& group,
+                                                           const torch::Tensor& logp) {
+    auto argmax = logp.argmax(-1).contiguous();
+    auto lp = logp.accessor<double, 2>();
+    auto am = argmax.accessor<int64_t, 1>();
+    for (size_t b = 0; b < group.size(); ++b) {
+      ScoreResult& r = out[group[b]];
+      r.argmax = static_cast<int32_t>(am[b]);
+      r.argmax_logprob = lp[b][am[b]];
+      r.target_logprob = lp[b][requests[group[b]].target];
     }
+  });
+  for (size_t i = 0; i < out.size(); ++i) out[i].error = errors[i];
+  return out;
+}
+
+std::vector<Distribution> LocalBackend::next_token_distributions(
+    const std::vector<ScoreRequest>& requests) {
+  std::vector<Distribution> out(requests.size());
+  const auto errors = for_each_group(requests, nullptr, [&](const std::vector<size_t>& group,
+                                                            const torch::Tensor& logp) {
+    const torch::Tensor probs = logp.exp().contiguous();
+    const double* p = probs.data_ptr<double>();
+    const int64_t V = probs.size(1);
+    for (size_t b = 0; b < group.size(); ++b)
+      out[group[b]].probs.assign(p + static_cast<int64_t>(b) * V,
+                                 p + static_cast<int64_t>(b + 1) * V);
+  });
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].error = errors[i];
+    if (!errors[i].empty()) out[i].probs.clear();
   }
   return out;
 }

@@ -7,6 +7,7 @@
 // must not depend on). Requests are instead grouped by length (all requests of one sweep modulus
 // have the same length) and each group runs as batched forwards.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -35,6 +36,9 @@ class LocalBackend : public Backend {
   // callers that need them run the model themselves. nullptr or empty: plain score().
   std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests,
                                  std::vector<AttentionProbe>* probes);
+  // Probabilities in float64 from the same forwards as score(), for phase ensembling.
+  std::vector<Distribution> next_token_distributions(
+      const std::vector<ScoreRequest>& requests) override;
   // Greedy, through the streaming Session (prefill, then one decode step per token); stops early
   // at max_context. Throws phasekv::Error on an empty context or an id outside the vocabulary.
   std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) override;
@@ -49,9 +53,17 @@ class LocalBackend : public Backend {
   // Why a request cannot be scored ("" when it can): checked before any forward so one bad
   // request fails alone instead of taking its batch down.
   std::string request_error(const ScoreRequest& r) const;
-  // One forward over requests of equal length (indices into `requests`), filling `out`.
-  void score_group(const std::vector<ScoreRequest>& requests, const std::vector<size_t>& group,
-                   std::vector<ScoreResult>& out, std::vector<AttentionProbe>* probes);
+  // The log-probabilities [B, V] (float64) after the last token of each request in `group`
+  // (indices into `requests`, all of one length): one forward.
+  torch::Tensor last_logprobs(const std::vector<ScoreRequest>& requests,
+                              const std::vector<size_t>& group,
+                              std::vector<AttentionProbe>* probes);
+  // Groups the requests that can be scored by length, in forwards of at most batch_size_, and
+  // hands each group's indices and last_logprobs to `use`. Returns every request's error ("" when
+  // scored): a bad request or a failed forward fails alone or with its group, never the call.
+  using GroupUse = std::function<void(const std::vector<size_t>& group, const torch::Tensor& logp)>;
+  std::vector<std::string> for_each_group(const std::vector<ScoreRequest>& requests,
+                                          std::vector<AttentionProbe>* probes, const GroupUse& use);
 
   Decoder model_;
   std::optional<WordTokenizer> tokenizer_;

@@ -147,7 +147,9 @@ RunResult run_items(Backend& backend, EvalMode& mode, const RunOptions& o) {
   if (o.progress && run.resumed > 0)
     *o.progress << fmt::format("resume: {} of {} items already in {}\n", run.resumed, run.items,
                                run.path);
+  const auto started = std::chrono::steady_clock::now();
   score_pending(backend, mode, o, pending, run.path, latest);
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   run.scored = static_cast<int64_t>(pending.size());
   run.latest = std::move(latest);
   return run;

@@ -60,6 +60,7 @@ struct RunResult {
   int64_t resumed = 0;  // items taken from an existing results.jsonl
   int64_t ignored = 0;  // records in the file for items outside this run (e.g. a larger sweep)
   bool repaired = false;  // a torn last line was dropped or completed
+  double seconds = 0.0;   // wall time this call spent scoring (the pending items only)
 };
 
 // Validates the existing file before anything is written (throws phasekv::Error), then scores

@@ -7,6 +7,8 @@
 #include <ostream>
 #include <utility>
 
+#include "eval/mitigations.h"
+#include "task/prompt_edits.h"
 #include "util/error.h"
 
 namespace phasekv {
@@ -56,18 +58,40 @@ TaskExample materialize_request(const LogicalExample& lg, const SweepOptions& o,
   return ex;
 }
 
-// Every example of a sweep has the same length (it depends on the modulus only), so example 0
-// decides whether the sweep fits the model.
+// What one item sends: the context materialized at `phase`, with the recent copy when asked,
+// and one request per ensemble shift (shift 0 first: that context itself).
+struct ItemRequests {
+  TaskExample example;  // what the record reports: the unshifted context
+  std::vector<ScoreRequest> requests;
+};
+
+ItemRequests item_requests(const LogicalExample& lg, const SweepOptions& o, int phase,
+                           const std::vector<int>& shifts) {
+  ItemRequests out{materialize_request(lg, o, phase), {}};
+  if (o.recent_copy) out.example = with_recent_copy(std::move(out.example));
+  for (int s : shifts)
+    out.requests.push_back({s == 0 ? out.example.tokens : shifted_context(lg, out.example.tokens, s),
+                            out.example.target().answer});
+  return out;
+}
+
+// Every example of a sweep has the same length (it depends on the modulus and the mitigations
+// only), so example 0 decides whether the sweep fits the model.
 void check_fits(Backend& backend, const json& described, const SweepOptions& o) {
-  const TaskExample ex = materialize_request(make_logical_example(o.task, o.seed, 0), o, 0);
-  const int64_t len = static_cast<int64_t>(ex.tokens.size());
+  const ItemRequests item = item_requests(make_logical_example(o.task, o.seed, 0), o, 0,
+                                          ensemble_shifts(o, described));
+  const int64_t plain = static_cast<int64_t>(item.example.tokens.size()) - (o.recent_copy ? 2 : 0);
+  int64_t len = 0;
+  for (const auto& r : item.requests) len = std::max<int64_t>(len, r.context.size());
   if (len > backend.max_context())
     throw Error(fmt::format(
         "context of {} tokens exceeds the model's max_context {} (the task's context_len {} "
-        "without the answer, plus {} padding tokens for modulus {}); lower the modulus or the "
+        "without the answer, plus {} padding tokens for modulus {}{}); lower the modulus or the "
         "task's context_len",
-        len, backend.max_context(), o.task.context_len, len - (o.task.context_len - 1),
-        o.modulus));
+        len, backend.max_context(), o.task.context_len, plain - (o.task.context_len - 1),
+        o.modulus,
+        len > plain ? fmt::format(", plus {} tokens of --ensemble / --recent-copy", len - plain)
+                    : ""));
   const int vocab = meta_int(described, "vocab_size");
   const int task_vocab_size = task_vocab(o.task).vocab_size();
   if (vocab > 0 && task_vocab_size > vocab)
@@ -116,6 +140,10 @@ json build_meta(const SweepOptions& o, const json& described, const EvalRecord& 
   meta["config_hash"] = base.config_hash;
   meta["backend"] = described;
   meta["sweep"] = {{"task", task_config_to_json(o.task)},
+                   {"condition", mitigation_condition(o)},
+                   {"ensemble", o.ensemble},
+                   {"ensemble_shifts", ensemble_shifts(o, described)},
+                   {"recent_copy", o.recent_copy},
                    {"examples", o.examples},
                    {"modulus", o.modulus},
                    {"padding", base.padding},
@@ -129,7 +157,8 @@ json build_meta(const SweepOptions& o, const json& described, const EvalRecord& 
                      {"resumed", run.resumed},
                      {"errors", t.errors},
                      {"censored", t.censored},
-                     {"ignored_beyond_examples", run.ignored}};
+                     {"ignored_beyond_examples", run.ignored},
+                     {"scoring_seconds", run.seconds}};
   if (!t.first_error.empty()) meta["records"]["first_error"] = t.first_error;
   meta["mean_target_logprob_by_phase"] = t.mean_logprob_by_phase;
   meta["shortcut_ceiling"] = shortcut_ceiling(o.task, o.seed, o.examples);
@@ -150,6 +179,8 @@ SweepMode::SweepMode(const SweepOptions& o, EvalRecord identity,
       scorer_(std::move(scorer)),
       extra_(std::move(extra)) {
   if (conditions_.empty()) throw Error("internal: a sweep mode without conditions");
+  if (scorer_ && o_.ensemble > 1)
+    throw Error("internal: phase ensembling scores through the backend, not a mode's scorer");
 }
 
 std::vector<EvalItem> SweepMode::items() const {
@@ -163,24 +194,29 @@ std::vector<EvalItem> SweepMode::items() const {
 }
 
 std::vector<EvalRecord> SweepMode::evaluate(Backend& backend, const std::vector<EvalItem>& batch) {
+  const std::vector<int> shifts =
+      o_.ensemble > 1 ? ensemble_shifts(o_, backend.describe()) : std::vector<int>{0};
   std::vector<EvalRecord> out;
   for (size_t lo = 0, hi = 0; lo < batch.size(); lo = hi) {
     const std::string& condition = batch[lo].condition;
     while (hi < batch.size() && batch[hi].condition == condition) ++hi;
     std::vector<TaskExample> examples;
-    std::vector<ScoreRequest> requests;
+    std::vector<ScoreRequest> requests;  // shifts.size() per example
     for (size_t i = lo; i < hi; ++i) {
       const EvalItem& item = batch[i];
       if (!lg_ || static_cast<int64_t>(lg_->id) != item.example_id)
         lg_ = make_logical_example(o_.task, o_.seed, static_cast<uint64_t>(item.example_id));
-      examples.push_back(materialize_request(*lg_, o_, item.phase));
-      requests.push_back({examples.back().tokens, examples.back().target().answer});
+      ItemRequests ir = item_requests(*lg_, o_, item.phase, shifts);
+      examples.push_back(std::move(ir.example));
+      requests.insert(requests.end(), ir.requests.begin(), ir.requests.end());
     }
     const std::vector<ScoreResult> results =
-        scorer_ ? scorer_(backend, condition, requests) : backend.score(requests);
-    if (results.size() != requests.size())
-      throw Error(fmt::format("backend {} returned {} results for {} requests", identity_.model,
-                              results.size(), requests.size()));
+        scorer_            ? scorer_(backend, condition, requests)
+        : shifts.size() > 1 ? score_ensemble(backend, requests, shifts.size())
+                            : backend.score(requests);
+    if (results.size() != examples.size())
+      throw Error(fmt::format("backend {} returned {} results for {} items", identity_.model,
+                              results.size(), examples.size()));
     for (size_t i = 0; i < results.size(); ++i)
       out.push_back(record(condition, examples[i], results[i]));
   }
@@ -216,7 +252,7 @@ EvalRecord SweepMode::record(const std::string& condition, const TaskExample& ex
 EvalRecord prepare_sweep(Backend& backend, const SweepOptions& o, json* described_out) {
   validate_options(o);
   const json described = backend.describe();
-  check_fits(backend, described, o);
+  check_fits(backend, described, o);  // validates the mitigations too
   if (described_out) *described_out = described;
   return record_template(backend, described, o);
 }
@@ -230,7 +266,8 @@ SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
   const EvalRecord identity = prepare_sweep(backend, o, &described);
   const auto stride = choose_stride(o, described, o.progress);
 
-  SweepMode mode(o, identity);
+  const std::string condition = mitigation_condition(o);
+  SweepMode mode(o, identity, {condition});
   RunOptions ro;
   ro.out_dir = o.out_dir;
   ro.label = o.progress_label;
@@ -239,7 +276,7 @@ SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
   SweepResult result;
   result.run = run_items(backend, mode, ro);
 
-  const Tally t = tally(result.run, "", o.modulus);
+  const Tally t = tally(result.run, condition, o.modulus);
   require_every_phase(t, result.run.path);
   result.summary = summarize(t.outcomes, o.modulus, stride.first, o.stats);
   result.scored = result.run.scored;
@@ -247,8 +284,8 @@ SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
   result.errors = t.errors;
   result.censored = t.censored;
   result.meta = build_meta(o, described, identity, t, stride, result.run);
-  result.label = fmt::format("{} {} {} M={}", identity.model, identity.task, identity.padding,
-                             o.modulus);
+  result.label = fmt::format("{} {} {} M={}{}", identity.model, identity.task, identity.padding,
+                             o.modulus, condition.empty() ? "" : " " + condition);
   return result;
 }
 

@@ -33,6 +33,12 @@ struct SweepOptions {
   std::string out_dir;  // results.jsonl (the caller writes the report files beside it)
   int batch = 32;       // requests per Backend::score call, and per flush of results.jsonl
   SummaryOptions stats;
+  // Inference-time mitigations (eval/mitigations.h, docs/MITIGATIONS.md); the defaults are the
+  // plain sweep. ensemble K: average the next-token distributions of K copies shifted by
+  // floor(k S / K) prefix fillers. recent_copy (lookup): the target record again right before the
+  // target key.
+  int ensemble = 1;
+  bool recent_copy = false;
   // Free-form model description copied into summary.json's meta (model dir, config hash,
   // stride ...). Keys "stride" and "config_hash" are read when present.
   nlohmann::json model_meta = nlohmann::json::object();
@@ -54,9 +60,11 @@ struct SweepResult {
 
 // Validates everything first (throws phasekv::Error and writes nothing): examples >= 1,
 // modulus >= 1, batch >= 1, a known task and padding, a valid task config, a stride that divides
-// the modulus, a context that fits the backend's max_context, and an existing results.jsonl that
-// belongs to this sweep (same model, config hash, task, seed, modulus and padding). Throws when a
-// phase has no successful outcome (after writing what was scored).
+// the modulus, the mitigations (ensemble_shifts), a context that fits the backend's max_context
+// (shifted copies and the recent copy included), and an existing results.jsonl that belongs to
+// this sweep (same model, config hash, task, seed, modulus and padding). The items' condition is
+// mitigation_condition(o). Throws when a phase has no successful outcome (after writing what was
+// scored).
 SweepResult run_sweep(Backend& backend, const SweepOptions& opts);
 
 // The sweep's items as an evaluation mode, with conditions: items (condition, example, phase)
@@ -72,7 +80,8 @@ class SweepMode : public EvalMode {
       Backend& backend, const std::string& condition, const std::vector<ScoreRequest>& requests)>;
   // Mode-specific record fields of a condition (EvalRecord::extra), or null.
   using Extra = std::function<nlohmann::json(const std::string& condition)>;
-  // `o` must outlive the mode. scorer nullptr: Backend::score.
+  // `o` must outlive the mode. scorer nullptr: Backend::score (score_ensemble with
+  // o.ensemble > 1, which a scorer of its own cannot be combined with).
   SweepMode(const SweepOptions& o, EvalRecord identity,
             std::vector<std::string> conditions = {""}, Scorer scorer = nullptr,
             Extra extra = nullptr);

@@ -14,6 +14,9 @@ namespace phasekv::task_detail {
 inline constexpr uint64_t kTrainingSeed = 0x747261696e696e67ULL;  // "training"
 // Padding-filler streams of an example's padding_seed (seed_for(padding_seed, stream)).
 inline constexpr uint64_t kPadBeforeStream = 1, kPadAfterStream = 2;
+// The extra fillers of phase ensembling's shifted copies (task/prompt_edits.h); lookup.cpp uses
+// streams 3 and 4 for its gap draws.
+inline constexpr uint64_t kPadShiftStream = 5;
 
 // n distinct draws from [0, range), in draw order (n <= range).
 std::vector<int> draw_distinct(Rng& rng, int n, int range);
