@@ -113,6 +113,90 @@ TEST(Bundled, LookupFullAttentionControlRetrievesAtEveryPhase) {
   fs::remove_all(dir);
 }
 
+// `phasekv sweep ... GATE` (prefix padding): the exit status and the last line printed.
+std::pair<int, std::string> gated_sweep(const std::string& name, const fs::path& out,
+                                        const std::string& task, int examples, int modulus,
+                                        const std::string& gate, int bootstrap_reps = 200) {
+  const std::string log = out.string() + ".log";
+  const std::string cmd = kBin + " sweep --model " + model(name) + " --task " + task +
+                          " --modulus " + std::to_string(modulus) +
+                          " --padding prefix --threads 2 --bootstrap-reps " +
+                          std::to_string(bootstrap_reps) + " --examples " +
+                          std::to_string(examples) + " --out " + out.string() + " " + gate +
+                          " > " + log + " 2>&1";
+  const int st = std::system(cmd.c_str());
+  std::string last, line;
+  std::istringstream in(slurp(log));
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), last};
+}
+
+// The worst-phase SLA gate on the issue's own pair: the chunked model's mean hides interior phases
+// near 0, so a gate of 3 pp / 0.9 blocks it (exit 4, after its reports are written); the control
+// passes the same gate (exit 0).
+TEST(Bundled, SlaGateBlocksTheLookupChunkedModelAndPassesItsControl) {
+  const fs::path dir = fresh_dir("sla_lookup");
+  const std::string gate = "--max-gap 3 --min-worst 0.9";
+  const auto [chunked, chunked_line] =
+      gated_sweep("lookup-chunked", dir / "chunked", "lookup", 30, 8, gate);
+  EXPECT_EQ(chunked, 4) << chunked_line;
+  EXPECT_EQ(chunked_line.rfind("SLA FAILED: gap ", 0), 0u) << chunked_line;
+  EXPECT_NE(chunked_line.find("> --max-gap 3; worst phase r="), std::string::npos) << chunked_line;
+  EXPECT_TRUE(fs::exists(dir / "chunked" / "report.html"));
+  const auto [full, full_line] = gated_sweep("lookup-full", dir / "full", "lookup", 30, 8, gate);
+  EXPECT_EQ(full, 0) << full_line;
+  EXPECT_EQ(full_line.rfind("SLA passed: gap ", 0), 0u) << full_line;
+  fs::remove_all(dir);
+}
+
+// The gate compares the conservative end of each 95 % interval: a limit between the point
+// estimate and that end fails. kv-chunked's boundary phase (about 0.5) leaves room on both sides.
+// Reruns resume, so every verdict judges the same summary; bad limits fail first (exit 2).
+TEST(Bundled, SlaGateJudgesTheConfidenceBoundNotThePointEstimate) {
+  const fs::path dir = fresh_dir("sla_bound");
+  const fs::path out = dir / "sweep";
+  auto run = [&](const std::string& gate) {
+    return gated_sweep("kv-chunked", out, "kv", 40, 4, gate);
+  };
+  ASSERT_EQ(run("").first, 0);
+  const json s = json::parse(slurp(out / "summary.json"));
+  const double gap = s["gap_pp"], gap_hi = s["gap_ci_pp"][1];
+  const double worst = s["worst_acc"], worst_lo = s["worst_acc_ci"][0];
+  ASSERT_LT(gap, gap_hi) << s["gap_ci_pp"];
+  ASSERT_GT(worst, worst_lo) << s["worst_acc_ci"];
+  auto num = [](double v) { return std::to_string(v); };  // 6 decimals
+  const auto gap_fails = run("--max-gap " + num((gap + gap_hi) / 2));
+  EXPECT_EQ(gap_fails.first, 4) << gap_fails.second;
+  EXPECT_NE(gap_fails.second.find("SLA FAILED: gap "), std::string::npos) << gap_fails.second;
+  EXPECT_EQ(run("--min-worst " + num((worst + worst_lo) / 2)).first, 4);
+  const auto passes =
+      run("--max-gap " + num(gap_hi + 0.01) + " --min-worst " + num(worst_lo - 0.001));
+  EXPECT_EQ(passes.first, 0) << passes.second;
+  EXPECT_EQ(passes.second.rfind("SLA passed: gap ", 0), 0u) << passes.second;
+
+  const fs::path fresh = dir / "fresh";
+  auto bad = [&](const std::string& gate, int reps = 200) {
+    return gated_sweep("kv-chunked", fresh, "kv", 40, 4, gate, reps);
+  };
+  const auto too_wide = bad("--max-gap 150");
+  EXPECT_EQ(too_wide.first, 2);
+  EXPECT_NE(too_wide.second.find("--max-gap is 150 (allowed: percentage points in [0, 100]"),
+            std::string::npos)
+      << too_wide.second;
+  const auto percent = bad("--min-worst 95");
+  EXPECT_EQ(percent.first, 2);
+  EXPECT_NE(percent.second.find("--min-worst is 95 (allowed: an accuracy as a fraction"),
+            std::string::npos)
+      << percent.second;
+  const auto no_ci = bad("--max-gap 5", 0);
+  EXPECT_EQ(no_ci.first, 2);
+  EXPECT_NE(no_ci.second.find("--bootstrap-reps 0 computes none"), std::string::npos)
+      << no_ci.second;
+  EXPECT_FALSE(fs::exists(fresh / "results.jsonl"));
+  fs::remove_all(dir);
+}
+
 TEST(Bundled, BlindAuditOfTheServedChunkedModelFindsPeriod4AndMatchesTheSweep) {
   const fs::path dir = fresh_dir("audit");
   const int examples = 60;

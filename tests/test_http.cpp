@@ -213,6 +213,30 @@ TEST_F(ServeTest, AuditCommandRunsBlindAndResumes) {
   fs::remove_all(out);
 }
 
+// The SLA gate on an audit: exit 4 with one verdict line after audit.json is written when the
+// worst phase's CI lower bound is below --min-worst (this random model is far from perfect); a
+// resumed rerun with limits it meets exits 0.
+TEST_F(ServeTest, AuditSlaGateFailsAndPasses) {
+  const fs::path out = temp_dir("audit_sla");
+  const std::string log = (out / "log.txt").string();
+  auto audit = [&](const std::string& gate) {
+    const std::string cmd = std::string(PHASEKV_BINARY) + " audit --endpoint " +
+                            served_->endpoint() + " --model '" + served_->name() + "' --out " +
+                            (out / "run").string() +
+                            " --examples 3 --modulus 8 --bootstrap 50 --permutations 20 "
+                            "--concurrency 4 " +
+                            gate + " > " + log + " 2>&1";
+    const int st = std::system(cmd.c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  ASSERT_EQ(audit("--min-worst 1"), 4) << read_file(log);
+  EXPECT_TRUE(fs::exists(out / "run" / "audit.json"));
+  EXPECT_NE(read_file(log).find("SLA FAILED: worst phase "), std::string::npos) << read_file(log);
+  EXPECT_EQ(audit("--max-gap 100 --min-worst 0"), 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("SLA passed: gap "), std::string::npos) << read_file(log);
+  fs::remove_all(out);
+}
+
 // Many clients at once: every answer is a 200 and equals the serial one.
 TEST_F(ServeTest, ConcurrentClientsGetConsistentAnswers) {
   const auto requests = sweep_requests(2, 4);

@@ -41,6 +41,7 @@ struct AuditArgs {
   uint64_t seed = 0;
   int records = 8, context_tokens = 512, bootstrap = 2000, permutations = 1000;
   bool keep_prefix_cache = false;
+  SlaGate sla;
 };
 
 PaddingMode parse_padding(const std::string& s) { return padding_mode_from_string(s, "--padding"); }
@@ -129,6 +130,7 @@ void validate(const AuditArgs& a) {
   if (a.render != "auto" && a.render != "ids" && a.render != "text")
     throw Error("--render: '" + a.render + "' (allowed: auto, ids, text)");
   if (a.out.empty()) throw Error("--out: no output directory");
+  validate_sla(a.sla, a.bootstrap);
 }
 
 // The task of a phasekv-served model: --task-config FILE, else the server's model card.
@@ -149,7 +151,7 @@ void write_audit_json(const std::string& out, json audit) {
 // ---------------------------------------------------------------------------------------------
 // ids: the synthetic task through run_sweep.
 
-void audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, json audit) {
+PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, json audit) {
   // The served task as published, or passkey posed to a kv model (its settings, one needle).
   if (a.task != to_string(task.kind)) {
     if (a.task != "passkey" || task.kind != TaskKind::kKv)
@@ -191,12 +193,13 @@ void audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, json audi
             << phase_verdict(result.summary).text() << "\n"
             << sweep_records_line(result);
   std::cout << period_text(audit["period"]);
+  return result.summary;
 }
 
 // ---------------------------------------------------------------------------------------------
 // text: real tokenizers.
 
-void audit_text(const AuditArgs& a, HttpBackend& http, json audit) {
+PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json audit) {
   if (a.task != "kv") throw Error("--task passkey needs a phasekv-served model (render ids)");
   TextTaskOptions to;
   to.records = a.records;
@@ -260,6 +263,7 @@ void audit_text(const AuditArgs& a, HttpBackend& http, json audit) {
         "exact, but the same text would put the key elsewhere\n",
         mismatched);
   std::cout << period_text(audit["period"]);
+  return summary;
 }
 
 void run_audit(const AuditArgs& a) {
@@ -279,16 +283,15 @@ void run_audit(const AuditArgs& a) {
   const bool ids = a.render == "ids" || (a.render == "auto" && task);
   if (ids && !task)
     throw Error("--render ids: the server publishes no phasekv task; give --task-config FILE");
-  if (ids)
-    audit_ids(a, *http, *task, audit);
-  else
-    audit_text(a, *http, audit);
+  const PhaseSummary summary =
+      ids ? audit_ids(a, *http, *task, audit) : audit_text(a, *http, audit);
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const TransportStats s = http->stats();
   std::cout << fmt::format(
       "requests {} ({} retries, {} failed for good), {:.1f} s; wrote {}/audit.json\n", s.requests,
       s.retries, s.failed, secs, a.out);
+  enforce_sla(a.sla, summary);
 }
 
 }  // namespace
@@ -330,6 +333,7 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--permutations", a->permutations, "permutations of the period test");
   cmd->add_flag("--keep-prefix-cache", a->keep_prefix_cache,
                 "do not salt/disable the server's prefix cache (not recommended)");
+  add_sla_options(cmd, a->sla);
   cmd->callback([a] { run_audit(*a); });
 }
 

@@ -49,6 +49,9 @@ struct SweepArgs {
   int bootstrap = 2000, permutations = 1000;
   uint64_t seed = 0;
   double target_depth = -2;  // -2: as in task.json
+  int ensemble = 1;
+  bool recent_copy = false;
+  SlaGate sla;
 };
 
 void run_sweep_command(const SweepArgs& a) {
@@ -56,6 +59,7 @@ void run_sweep_command(const SweepArgs& a) {
   if (a.batch < 1) throw Error("--batch is " + std::to_string(a.batch) + " (allowed: >= 1)");
   if (a.bootstrap < 0 || a.permutations < 0)
     throw Error("--bootstrap-reps and --permutations must be >= 0");
+  validate_sla(a.sla, a.bootstrap);
   set_threads(a.threads);
   LocalBackend backend = LocalBackend::from_dir(a.model, a.threads, a.batch);
   SweepOptions o;
@@ -73,6 +77,8 @@ void run_sweep_command(const SweepArgs& a) {
   o.batch = a.batch;
   o.stats.bootstrap_reps = a.bootstrap;
   o.stats.permutations = a.permutations;
+  o.ensemble = a.ensemble;
+  o.recent_copy = a.recent_copy;
   const int stride = chunked_stride(backend.model()->cfg);
   o.model_meta = {{"model_dir", a.model},
                   {"config_hash", config_hash(backend.model()->cfg)},
@@ -86,6 +92,7 @@ void run_sweep_command(const SweepArgs& a) {
             << sweep_records_line(result)
             << "wrote " << a.out
             << "/{results.jsonl, summary.json, phase.csv, phase.svg, report.html}\n";
+  enforce_sla(a.sla, result.summary);
 }
 
 // A sweep directory, or a summary.json file itself.
@@ -152,7 +159,8 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
       ->required();
   cmd->add_option("--seed", a->seed, "names the logical examples")->check(non_negative());
-  cmd->add_option("--stride", a->stride, "stride S for the statistics (0 = the model's)");
+  cmd->add_option("--stride", a->stride,
+                  "stride S for the statistics and --ensemble's shifts (0 = the model's)");
   cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)")
       ->check(compute_threads());
   cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
@@ -160,7 +168,39 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--permutations", a->permutations, "permutations of the period test");
   cmd->add_option("--target-depth", a->target_depth,
                   "target record depth in [0, 1] (-1 random; -2: task.json's)");
+  cmd->add_option("--ensemble", a->ensemble,
+                  "phase ensembling: score K copies shifted by k S / K prefix fillers, answer the "
+                  "top-1 of their averaged distributions (K x the compute; 1 = off; "
+                  "docs/MITIGATIONS.md)");
+  cmd->add_flag("--recent-copy", a->recent_copy,
+                "lookup: put the target record again right before the target key, inside the raw "
+                "window (the harness knows it: an upper bound; docs/MITIGATIONS.md)");
+  add_sla_options(cmd, a->sla);
   cmd->callback([a] { run_sweep_command(*a); });
+}
+
+void add_sla_options(CLI::App* cmd, SlaGate& gate) {
+  cmd->add_option_function<double>(
+      "--max-gap", [&gate](const double& v) { gate.max_gap_pp = v; },
+      "SLA gate: exit 4 unless the 95 % CI upper bound of the gap (best minus worst phase) is "
+      "<= PP percentage points")
+      ->type_name("PP");
+  cmd->add_option_function<double>(
+      "--min-worst", [&gate](const double& v) { gate.min_worst_acc = v; },
+      "SLA gate: exit 4 unless the 95 % CI lower bound of the worst phase's accuracy is >= ACC "
+      "(a fraction in [0, 1])")
+      ->type_name("ACC");
+  cmd->footer(
+      "Exit status: 0 done (and the SLA gate passed), 2 an error, 4 the SLA gate failed (results "
+      "and reports written first; one line says why). The gate uses the conservative bound: a "
+      "model passes only when its interval lies inside the limit (README).");
+}
+
+void enforce_sla(const SlaGate& gate, const PhaseSummary& summary) {
+  if (!gate.enabled()) return;
+  const SlaVerdict v = evaluate_sla(gate, summary);
+  std::cout << v.line << std::endl;
+  if (!v.passed) throw SlaGateFailed{};
 }
 
 void register_compare(CLI::App& app) {

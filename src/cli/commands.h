@@ -2,6 +2,8 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "eval/sla_gate.h"
+
 namespace phasekv::cli {
 
 void register_init(CLI::App& app);
@@ -25,5 +27,15 @@ void set_threads(int n);
 CLI::Validator compute_threads();
 // For unsigned options: CLI11 reads "-1" into a uint64_t as 2^64 - 1; this refuses a minus sign.
 CLI::Validator non_negative();
+
+// The worst-phase SLA gate (eval/sla_gate.h) of sweep and audit: --max-gap and --min-worst on
+// `cmd`, filling `gate`.
+void add_sla_options(CLI::App* cmd, SlaGate& gate);
+// Thrown by a command whose results are written but whose SLA gate failed; main() returns
+// kSlaFailedExit. The command has printed the verdict.
+struct SlaGateFailed {};
+// Prints the gate's one-line verdict (nothing when no gate was asked for) and throws
+// SlaGateFailed when the model fails it.
+void enforce_sla(const SlaGate& gate, const PhaseSummary& summary);
 
 }  // namespace phasekv::cli

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const phasekv::cli::SlaGateFailed&) {
+    return phasekv::kSlaFailedExit;  // the verdict line is printed
   } catch (const phasekv::Error& e) {
     std::cerr << "phasekv: error: " << e.what() << "\n";
     return 2;

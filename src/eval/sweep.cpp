@@ -70,8 +70,9 @@ ItemRequests item_requests(const LogicalExample& lg, const SweepOptions& o, int 
   ItemRequests out{materialize_request(lg, o, phase), {}};
   if (o.recent_copy) out.example = with_recent_copy(std::move(out.example));
   for (int s : shifts)
-    out.requests.push_back({s == 0 ? out.example.tokens : shifted_context(lg, out.example.tokens, s),
-                            out.example.target().answer});
+    out.requests.push_back(
+        {s == 0 ? out.example.tokens : shifted_context(lg, out.example.tokens, s),
+         out.example.target().answer});
   return out;
 }
 

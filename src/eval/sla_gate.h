@@ -1,0 +1,47 @@
+// The worst-phase SLA gate of `phasekv sweep` and `phasekv audit` (--max-gap PP, --min-worst ACC;
+// README, "A worst-phase SLA gate"), for a model builder's CI: block a checkpoint whose mean
+// improved while its worst phase did not.
+//
+// It judges the sweep's own summary, after the results are written: the 95 % cluster-bootstrap
+// intervals of PhaseSummary (gap_ci_pp and worst_acc_ci, stats.h), never statistics of its own.
+// A model passes only when the interval lies inside the limit:
+//   --max-gap PP     the gap's upper bound      <= PP (best minus worst phase, percentage points)
+//   --min-worst ACC  the worst phase's lower bound >= ACC (a fraction; the bootstrap interval of
+//                    the minimum over phases, so the worst phase may differ between replicates)
+// The conservative side on purpose: a release gate should block a checkpoint whose worst phase
+// *might* be out of bounds, not only one whose worst phase surely is. The price is that a sweep
+// with too few examples fails for lack of evidence (a wide interval); more examples narrow it.
+// The gap's interval is biased upward when phases are close (report.h), which makes the gate
+// stricter, never laxer.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "eval/stats.h"
+
+namespace phasekv {
+
+struct SlaGate {
+  std::optional<double> max_gap_pp;     // --max-gap, in [0, 100]
+  std::optional<double> min_worst_acc;  // --min-worst, in [0, 1]
+  bool enabled() const { return max_gap_pp || min_worst_acc; }
+};
+
+// The exit status of a command whose sweep finished and was written but whose gate failed:
+// distinct from 0 (passed), 2 (an error), 3 (an internal tensor error) and CLI usage errors
+// (>= 100).
+inline constexpr int kSlaFailedExit = 4;
+
+// Throws phasekv::Error naming the flag: a limit outside its range, or a gate without bootstrap
+// replicates (bootstrap_reps < 1 leaves no interval to judge). Called before anything is scored.
+void validate_sla(const SlaGate& gate, int bootstrap_reps);
+
+struct SlaVerdict {
+  bool passed = true;
+  // One line: "SLA FAILED: gap 98.0 pp (95% CI upper 100.0) > --max-gap 10; worst phase r=1
+  // 0.020 (95% CI lower 0.000) < --min-worst 0.9", or "SLA passed: ..." with <= and >=.
+  std::string line;
+};
+SlaVerdict evaluate_sla(const SlaGate& gate, const PhaseSummary& summary);
+
+}  // namespace phasekv
