@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "suite/plan.h"
 #include "suite/suite.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -134,6 +135,41 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked.svg"));
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked-depth.svg"));
   fs::remove_all(dir);
+}
+
+TEST(Repro, PlanProjectsEveryStepOfARunAndSchedulesRunsLikeTheRunner) {
+  const fs::path dir = test::temp_dir("repro-plan");
+  write_file_atomic((dir / "base.toml").string(), kBase + "induction_steps = 2\n");
+  write_file_atomic((dir / "suite.toml").string(), kSuite);
+  const Suite s = load_suite((dir / "suite.toml").string());
+  const RunCost c{0.5, 2.0, 0.01};
+  // chunked: 2 warm-up steps, 4 task steps, one evaluation of 8 examples (steps 6, eval_every 6);
+  // sweeps: 2 paddings + 2 depths, each 4 examples x 8 phases.
+  const RunProjection p = project_run(s, s.runs[0], c);
+  EXPECT_DOUBLE_EQ(p.train_s, 2 * 0.5 + 4 * 2.0 + 8 * 0.01);
+  EXPECT_DOUBLE_EQ(p.sweeps_s, 4 * 4 * 8 * 0.01);
+  EXPECT_DOUBLE_EQ(project_run(s, s.runs[1], c).sweeps_s, 2 * 4 * 8 * 0.01);  // no depth grid
+  // In order, each run to the first free slot: 3 | 1 1 1 -> 3; 1 1 1 | 3 -> 4.
+  EXPECT_DOUBLE_EQ(fifo_makespan({3, 1, 1, 1}, 2), 3.0);
+  EXPECT_DOUBLE_EQ(fifo_makespan({1, 1, 1, 3}, 2), 4.0);
+  EXPECT_DOUBLE_EQ(fifo_makespan({1, 1, 1, 3}, 1), 6.0);
+  EXPECT_THROW(fifo_makespan({1}, 0), Error);
+}
+
+TEST(Repro, PlanTimesEveryRunAndPrintsBothProjections) {
+  const fs::path dir = test::temp_dir("repro-plan-cli");
+  write_file_atomic((dir / "base.toml").string(), kBase);
+  write_file_atomic((dir / "suite.toml").string(), kSuite);
+  ASSERT_EQ(run(kBin + " repro --suite " + (dir / "suite.toml").string() + " --out " +
+                    (dir / "out").string() + " --plan --plan-reps 1",
+                dir / "plan.log"),
+            0)
+      << test::slurp(dir / "plan.log");
+  const std::string out = test::slurp(dir / "plan.log");
+  EXPECT_NE(out.find("chunked"), std::string::npos) << out;
+  EXPECT_NE(out.find("full"), std::string::npos) << out;
+  EXPECT_NE(out.find("projected wall time of 2 runs"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(dir / "out" / "chunked" / "model")) << "--plan must train nothing";
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <thread>
 
 #include "backend/local_backend.h"
 #include "cli/commands.h"
@@ -16,6 +15,7 @@
 #include "explain/knockout.h"
 #include "model/model_dir.h"
 #include "task/task_file.h"
+#include "util/cpu_info.h"
 #include "util/error.h"
 
 namespace phasekv::cli {
@@ -39,20 +39,6 @@ std::string command_line() {
     start = end + 1;
   }
   return out;
-}
-
-// "AMD EPYC ... (family 26), 2 cores": the CPU a figure was measured on.
-std::string cpu_description() {
-  std::ifstream in("/proc/cpuinfo");
-  std::string line, name, family;
-  while (std::getline(in, line)) {
-    auto value = [&] { return line.substr(line.find(':') + 2); };
-    if (name.empty() && line.rfind("model name", 0) == 0) name = value();
-    if (family.empty() && line.rfind("cpu family", 0) == 0) family = value();
-  }
-  return fmt::format("{}{}, {} cores", name.empty() ? "unknown CPU" : name,
-                     family.empty() ? "" : " (family " + family + ")",
-                     std::max(1u, std::thread::hardware_concurrency()));
 }
 
 nlohmann::json run_meta(const std::string& model_dir, Decoder& model) {

@@ -112,6 +112,19 @@ std::vector<SuiteStep> run_steps(const Suite& s, const SuiteRun& r, const SuiteO
   return steps;
 }
 
+std::vector<const SuiteRun*> selected_runs(const Suite& s, const std::vector<std::string>& only) {
+  for (const auto& name : only) {
+    bool found = false;
+    for (const auto& r : s.runs) found = found || r.name == name;
+    if (!found) throw Error("--only " + name + ": the suite " + s.path + " has no such run");
+  }
+  std::vector<const SuiteRun*> runs;
+  for (const auto& r : s.runs)
+    if (only.empty() || std::find(only.begin(), only.end(), r.name) != only.end())
+      runs.push_back(&r);
+  return runs;
+}
+
 std::vector<std::string> suite_commands(const Suite& s, const SuiteOptions& o) {
   std::vector<std::string> out;
   for (const auto& r : s.runs)
@@ -123,15 +136,7 @@ std::vector<std::string> suite_commands(const Suite& s, const SuiteOptions& o) {
 int run_suite(const Suite& s, const SuiteOptions& o) {
   if (o.jobs < 1 || o.jobs > 256)
     throw Error("--jobs is " + std::to_string(o.jobs) + " (allowed: 1..256)");
-  std::vector<const SuiteRun*> todo;
-  for (const auto& name : o.only) {
-    bool found = false;
-    for (const auto& r : s.runs) found = found || r.name == name;
-    if (!found) throw Error("--only " + name + ": the suite " + s.path + " has no such run");
-  }
-  for (const auto& r : s.runs)
-    if (o.only.empty() || std::find(o.only.begin(), o.only.end(), r.name) != o.only.end())
-      todo.push_back(&r);
+  const std::vector<const SuiteRun*> todo = selected_runs(s, o.only);
   fs::create_directories(o.out_dir);
   json suite_json = {{"name", s.name},     {"path", s.path},         {"modulus", s.modulus},
                      {"examples", s.examples}, {"seed", s.seed},     {"paddings", s.paddings},

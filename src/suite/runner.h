@@ -35,6 +35,9 @@ struct SuiteStep {
   std::string log;                // where its output goes
 };
 
+// The runs `--only` selects, in suite order (all when `only` is empty); an unknown name throws.
+std::vector<const SuiteRun*> selected_runs(const Suite& suite, const std::vector<std::string>& only);
+
 // The steps of one run, in order (a train step carries --resume when a checkpoint exists).
 std::vector<SuiteStep> run_steps(const Suite& suite, const SuiteRun& run, const SuiteOptions& o);
 

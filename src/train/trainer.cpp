@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iostream>
 #include <set>
+#include <thread>
+#include <algorithm>
 #include <sstream>
 
 #include "model/model_dir.h"
@@ -167,6 +169,29 @@ void check_resume_config(const TrainConfig& cfg, const std::string& out_dir) {
   }
 }
 
+struct StepOutcome {
+  double loss = 0, acc = 0;
+};
+
+// One optimiser step on one batch: forward (under `precision`), answer-only loss, backward,
+// clipping, update. The training loop and the planner's timing (measure_step_cost) both run it.
+StepOutcome optimizer_step(Decoder& model, torch::optim::Optimizer& opt, const TrainingBatch& batch,
+                           Precision precision, double clip) {
+  opt.zero_grad();
+  torch::Tensor logits, loss;
+  {
+    PrecisionGuard guard(precision);
+    auto h = model->hidden(batch.tokens).index({batch.row, batch.col});
+    logits = model->logits_from_hidden(h).to(torch::kFloat32);  // the loss always sees f32
+    loss = torch::nn::functional::cross_entropy(logits, batch.target);
+  }
+  loss.backward();
+  if (clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
+  opt.step();
+  return {loss.item<double>(),
+          (logits.argmax(-1) == batch.target).to(torch::kFloat64).mean().item<double>()};
+}
+
 }  // namespace
 
 bool clear_previous_training(const std::string& out_dir) {
@@ -275,22 +300,11 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
                                            t.repeat_fraction, t.repeat_marker);
     for (auto& group : opt->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(t, step));
-    opt->zero_grad();
-    torch::Tensor logits, loss;
-    {
-      PrecisionGuard guard(precision);
-      auto h = model->hidden(batch.tokens).index({batch.row, batch.col});
-      logits = model->logits_from_hidden(h).to(torch::kFloat32);  // the loss always sees f32
-      loss = torch::nn::functional::cross_entropy(logits, batch.target);
-    }
-    loss.backward();
-    if (t.clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), t.clip);
-    opt->step();
-    double l = loss.item<double>();
-    if (!std::isfinite(l))
-      throw Error(fmt::format("training diverged at step {}: loss {}", step, l));
-    loss_sum += l;
-    acc_sum += (logits.argmax(-1) == batch.target).to(torch::kFloat64).mean().item<double>();
+    const StepOutcome out = optimizer_step(model, *opt, batch, precision, t.clip);
+    if (!std::isfinite(out.loss))
+      throw Error(fmt::format("training diverged at step {}: loss {}", step, out.loss));
+    loss_sum += out.loss;
+    acc_sum += out.acc;
     tokens_done += static_cast<double>(batch.tokens.numel());
     ++window;
     const int done = step + 1;
@@ -338,6 +352,47 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   save_model_dir(out_dir, model, torch::kFloat32, {{"seed", std::to_string(t.seed)}});
   save_task_files(out_dir, cfg.task);  // task.json + tokenizer.json: sweeps and serving need both
   return result;
+}
+
+StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
+  if (warmup < 0 || reps < 1)
+    throw Error(fmt::format("measure_step_cost: warmup {} and reps {} (allowed: >= 0, >= 1)",
+                            warmup, reps));
+  const auto& t = cfg.train;
+  flush_denormals();
+  at::set_num_threads(t.threads > 0 ? t.threads
+                                    : static_cast<int>(std::thread::hardware_concurrency()));
+  Decoder model(cfg.model);
+  model->init_weights(t.seed);
+  model->train();
+  auto opt = make_optimizer(model, t);
+  const Precision precision =
+      resolve_precision(t.precision == "bf16" ? Precision::kBf16 : Precision::kF32);
+  std::mt19937_64 rng(t.seed * 0x9E3779B97F4A7C15ull + 1);
+  using clock = std::chrono::steady_clock;
+  auto median_step = [&](bool induction) {
+    std::vector<double> secs;
+    for (int i = 0; i < warmup + reps; ++i) {
+      // Batches are built inside the timed span, as in train(): their cost is part of a step.
+      const auto t0 = clock::now();
+      auto batch = induction ? make_induction_batch(cfg.task, rng, t.batch, t.induction_len)
+                             : make_training_batch(cfg.task, rng, t.batch, t.offset_randomization,
+                                                   t.repeat_fraction, t.repeat_marker);
+      optimizer_step(model, *opt, batch, precision, t.clip);
+      if (i >= warmup) secs.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    }
+    std::sort(secs.begin(), secs.end());
+    return secs[secs.size() / 2];
+  };
+  StepCost cost;
+  if (t.induction_steps > 0) cost.induction_s = median_step(true);
+  if (t.steps > t.induction_steps) cost.task_s = median_step(false);
+  model->eval();
+  const int n = std::max(8, t.eval_examples / 8);
+  const auto t0 = clock::now();
+  evaluate_targets(model, cfg.task, n, t.seed + 1000003, std::max(t.offset_randomization, 1));
+  cost.eval_example_s = std::chrono::duration<double>(clock::now() - t0).count() / n;
+  return cost;
 }
 
 }  // namespace phasekv

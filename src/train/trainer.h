@@ -48,4 +48,14 @@ struct EvalScore {
 EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64_t seed,
                            int modulus);
 
+// What training cfg costs on this machine, measured on fresh weights at cfg.train.threads threads
+// (for planning a suite: `phasekv repro --plan`). Each figure is the median of `reps` after
+// `warmup` untimed repetitions; a step includes building its batch, as in train().
+struct StepCost {
+  double induction_s = 0;     // one step of the induction warm-up (0 if the config has none)
+  double task_s = 0;          // one step on the task's batches (0 if every step is warm-up)
+  double eval_example_s = 0;  // one evaluation example (a forward of one prompt, batched)
+};
+StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps);
+
 }  // namespace phasekv
