@@ -315,5 +315,49 @@ TEST(HardeningTrain, AResumeWithAChangedConfigIsRefusedNamingTheKey) {
   fs::remove_all(dir);
 }
 
+// ---- item 9: errors that name nothing --------------------------------------------------------
+
+// NaN passes `lr <= 0`, so `lr = nan` reached the optimizer and ended as "internal tensor error"
+// (exit 3). Every float key of [train] must be finite and in range, and the error name the key.
+TEST(HardeningConfig, TomlFloatKeysMustBeFiniteAndInRange) {
+  const fs::path dir = test::temp_dir("hard_toml_floats");
+  const std::string train = "[train]\nsteps = 12\nbatch = 4\nthreads = 1\n";
+  struct Case {
+    std::string line, key, shown, allowed;
+  };
+  const std::vector<Case> cases = {
+      {"lr = nan", "lr", "is nan", "a finite number > 0"},
+      {"lr = inf", "lr", "is inf", "a finite number > 0"},
+      {"lr = -0.001", "lr", "is -0.001", "a finite number > 0"},
+      {"min_lr_ratio = nan", "min_lr_ratio", "is nan", "[0, 1]"},
+      {"min_lr_ratio = 1.5", "min_lr_ratio", "is 1.5", "[0, 1]"},
+      {"weight_decay = -inf", "weight_decay", "is -inf", ">= 0"},
+      {"weight_decay = -0.1", "weight_decay", "is -0.1", ">= 0"},
+      {"beta1 = nan", "beta1", "is nan", "[0, 1)"},
+      {"beta2 = 1.0", "beta2", "is 1.0", "[0, 1)"},
+      {"clip = nan", "clip", "is nan", ">= 0"},
+      {"clip = -1.0", "clip", "is -1.0", ">= 0"},
+      {"repeat_fraction = nan", "repeat_fraction", "is nan", "[0, 1]"},
+  };
+  for (const auto& c : cases) {
+    const fs::path p = write_toml(
+        dir, std::string(test::kTinyModelAndTaskToml) + train + c.line + "\n", "t.toml");
+    try {
+      train_config_from_file(p.string());
+      ADD_FAILURE() << c.line << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), "key '" + c.key + "' " + c.shown)) << c.line << ": " << e.what();
+      EXPECT_TRUE(has(e.what(), c.allowed)) << c.line << ": " << e.what();
+    }
+  }
+  // The command line: a config error (exit 2) naming the key, not an internal error (exit 3).
+  const fs::path p = write_toml(dir, toml_with("lr = nan"), "nan.toml");
+  const CmdResult r = phasekv(train_args(p, dir / "out"), dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "key 'lr' is nan")) << r.err;
+  EXPECT_FALSE(has(r.err, "internal")) << r.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace phasekv

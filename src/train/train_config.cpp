@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -35,6 +36,17 @@ json toml_to_json(const toml::node& n) {
 }
 
 using json_read::read;
+
+// A [train] number must be finite and in its range. Written as one check because NaN fails every
+// comparison: `lr <= 0` let `lr = nan` through to the optimizer, which ended the run with
+// "internal tensor error" (issue 20, item 9). The message shows the value as TOML writes it.
+void check_number(double v, bool in_range, const std::string& where, const char* key,
+                  const char* allowed) {
+  if (std::isfinite(v) && in_range) return;
+  const std::string shown = std::isnan(v) ? "nan" : std::isinf(v) ? (v > 0 ? "inf" : "-inf")
+                                                                   : json(v).dump();
+  throw Error(where + ": key '" + key + "' is " + shown + " (allowed: " + allowed + ")");
+}
 
 TrainOptions options_from_json(const json& j, const std::string& where) {
   static const std::set<std::string> keys = {
@@ -79,15 +91,20 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   positive(t.eval_examples, "eval_examples");
   positive(t.checkpoint_every, "checkpoint_every");
   check_compute_threads(t.threads, where + ": key 'threads'");
-  if (t.lr <= 0) throw Error(where + ": key 'lr' must be > 0");
+  check_number(t.lr, t.lr > 0, where, "lr", "a finite number > 0");
+  check_number(t.min_lr_ratio, t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, where, "min_lr_ratio",
+               "a number in [0, 1]");
+  check_number(t.weight_decay, t.weight_decay >= 0, where, "weight_decay", "a finite number >= 0");
+  check_number(t.beta1, t.beta1 >= 0 && t.beta1 < 1, where, "beta1", "a number in [0, 1)");
+  check_number(t.beta2, t.beta2 >= 0 && t.beta2 < 1, where, "beta2", "a number in [0, 1)");
+  check_number(t.clip, t.clip >= 0, where, "clip", "a finite number >= 0, 0 = no clipping");
+  check_number(t.repeat_fraction, t.repeat_fraction >= 0 && t.repeat_fraction <= 1, where,
+               "repeat_fraction", "a number in [0, 1]");
   if (t.warmup < 0) throw Error(where + ": key 'warmup' must be >= 0");
   if (t.offset_randomization < 0) throw Error(where + ": key 'offset_randomization' must be >= 0");
   if (t.induction_steps < 0 || t.induction_steps > t.steps)
     throw Error(where + ": key 'induction_steps' is " + std::to_string(t.induction_steps) +
                 " (allowed: 0 to steps = " + std::to_string(t.steps) + ")");
-  if (!(t.repeat_fraction >= 0 && t.repeat_fraction <= 1))
-    throw Error(where + ": key 'repeat_fraction' is " + json(t.repeat_fraction).dump() +
-                " (allowed: a number in [0, 1])");
   if (t.precision != "f32" && t.precision != "bf16")
     throw Error(where + ": key 'precision' has value '" + t.precision + "' (allowed: f32|bf16)");
   return t;
