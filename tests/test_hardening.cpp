@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -356,6 +357,80 @@ TEST(HardeningConfig, TomlFloatKeysMustBeFiniteAndInRange) {
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_TRUE(has(r.err, "key 'lr' is nan")) << r.err;
   EXPECT_FALSE(has(r.err, "internal")) << r.err;
+  fs::remove_all(dir);
+}
+
+// Damage one checkpoint file, resume, and expect a config-style error (exit 2) naming the file.
+struct Damage {
+  std::string file, what;                    // the checkpoint file and how it is damaged
+  std::function<void(std::string&)> damage;  // applied to its bytes
+  std::vector<std::string> expect;           // in the error
+};
+
+void expect_resume_refused(const fs::path& dir, const fs::path& toml, const fs::path& out,
+                           const Damage& d) {
+  const fs::path ckpt = out / "checkpoint", saved = dir / "checkpoint.saved";
+  fs::remove_all(ckpt);
+  fs::copy(saved, ckpt);
+  std::string bytes = test::slurp(ckpt / d.file);
+  d.damage(bytes);
+  test::write_text(ckpt / d.file, bytes);
+  const CmdResult r = phasekv(train_args(toml, out) + " --resume", dir);
+  EXPECT_EQ(r.status, 2) << d.file << " " << d.what << ": " << r.err;
+  EXPECT_TRUE(has(r.err, (ckpt / d.file).string())) << d.file << " " << d.what << ": " << r.err;
+  for (const auto& e : d.expect) EXPECT_TRUE(has(r.err, e)) << d.what << ": " << r.err;
+  EXPECT_FALSE(fs::exists(out / "model.safetensors")) << d.what << ": the run went on";
+}
+
+void flip_middle_byte(std::string& b) { b[b.size() / 2] ^= 0x5a; }
+void cut_in_half(std::string& b) { b.resize(b.size() / 2); }
+
+// A truncated optimizer.pt gave a PytorchStreamReader message naming no file, flipped bytes in it
+// loaded silently, a corrupt state.json error did not name the file: each is now exit 2 with the
+// file and what is wrong, the binary files caught by the checksums state.json carries.
+TEST(HardeningTrain, ACorruptCheckpointIsRefusedNamingTheFile) {
+  const fs::path dir = test::temp_dir("hard_ckpt_corrupt");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  const fs::path out = dir / "out";
+  train(train_config_from_file(toml.string()), out.string(), false, /*stop_after=*/5);
+  const json state = json::parse(test::slurp(out / "checkpoint" / "state.json"));
+  ASSERT_TRUE(state.contains("checksums")) << state.dump();
+  fs::copy(out / "checkpoint", dir / "checkpoint.saved");
+  const std::vector<Damage> cases = {
+      {"optimizer.pt", "flipped", flip_middle_byte, {"does not match its checksum", "corrupt"}},
+      {"optimizer.pt", "truncated", cut_in_half, {"bytes but", "truncated"}},
+      {"model.safetensors", "flipped", flip_middle_byte, {"does not match its checksum"}},
+      {"model.safetensors", "truncated", cut_in_half, {"truncated"}},
+      {"state.json", "truncated", cut_in_half, {"not valid JSON"}},
+      {"state.json", "rng replaced",
+       [](std::string& b) { b = json{{"step", 4}, {"rng", "x"}}.dump(); },
+       {"'rng'"}},
+  };
+  for (const auto& d : cases) expect_resume_refused(dir, toml, out, d);
+  fs::remove_all(dir);
+}
+
+// A checkpoint from before the checksums still resumes, with a warning; a truncated optimizer.pt
+// in one still names the file instead of ending as an internal error.
+TEST(HardeningTrain, ACheckpointWithoutChecksumsLoadsWithAWarning) {
+  const fs::path dir = test::temp_dir("hard_ckpt_old");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  const fs::path out = dir / "out";
+  train(train_config_from_file(toml.string()), out.string(), false, /*stop_after=*/5);
+  json state = json::parse(test::slurp(out / "checkpoint" / "state.json"));
+  state.erase("checksums");
+  test::write_text(out / "checkpoint" / "state.json", state.dump());
+  fs::copy(out / "checkpoint", dir / "checkpoint.saved");
+  expect_resume_refused(dir, toml, out,
+                        {"optimizer.pt", "truncated, no checksums", cut_in_half,
+                         {"cannot be read as optimizer state"}});
+  fs::remove_all(out / "checkpoint");
+  fs::copy(dir / "checkpoint.saved", out / "checkpoint");
+  const CmdResult r = phasekv(train_args(toml, out) + " --resume", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "has no checksums")) << r.err;
+  EXPECT_TRUE(has(r.err, "resumed from step 4")) << r.err;
+  EXPECT_EQ(log_lines(out), 6);
   fs::remove_all(dir);
 }
 

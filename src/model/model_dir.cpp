@@ -6,6 +6,7 @@
 #include "io/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/hash.h"
 
 namespace phasekv {
 
@@ -52,15 +53,7 @@ void load_weights(Decoder& model, const std::string& w_path) {
 }
 
 std::string config_hash(const ModelConfig& cfg) {
-  // FNV-1a: stable across platforms and runs (std::hash is not).
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : model_config_to_json(cfg).dump()) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return std::string(buf).substr(0, 12);
+  return fnv1a64_hex(model_config_to_json(cfg).dump()).substr(0, 12);
 }
 
 }  // namespace phasekv

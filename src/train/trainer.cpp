@@ -21,6 +21,7 @@
 #include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/hash.h"
 
 namespace phasekv {
 namespace fs = std::filesystem;
@@ -54,6 +55,16 @@ std::string rng_state(const std::mt19937_64& rng) {
   return ss.str();
 }
 
+// The checkpoint files that state.json vouches for: their size and FNV-1a 64 are written into it
+// and checked on --resume, so a truncated or bit-flipped file is an error naming it instead of a
+// PytorchStreamReader message or a run that silently diverges later (issue 20, item 9).
+const char* const kCheckpointFiles[] = {"model.safetensors", "optimizer.pt"};
+
+nlohmann::json file_checksum(const fs::path& path) {
+  const std::string bytes = read_file(path.string());
+  return {{"bytes", bytes.size()}, {"fnv1a64", fnv1a64_hex(bytes)}};
+}
+
 // Checkpoint = weights + optimiser state + data RNG + step, written into a fresh directory that
 // replaces the previous one by rename, so a kill at any moment leaves one complete checkpoint.
 void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
@@ -67,11 +78,54 @@ void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::A
   save_safetensors((tmp / "model.safetensors").string(), tensors);
   torch::save(opt, (tmp / "optimizer.pt").string());
   nlohmann::json state = {{"step", step}, {"rng", rng_state(rng)}};
+  for (const char* f : kCheckpointFiles) state["checksums"][f] = file_checksum(tmp / f);
   write_file_atomic((tmp / "state.json").string(), state.dump());
   fs::remove_all(old);
   if (fs::exists(dir)) fs::rename(dir, old);
   fs::rename(tmp, dir);
   fs::remove_all(old);
+}
+
+// Checks the files against state.json's checksums. A checkpoint written before checksums existed
+// has none: it still loads, with a warning.
+void verify_checkpoint(const fs::path& dir, const nlohmann::json& state) {
+  const std::string state_path = (dir / "state.json").string();
+  if (!state.contains("checksums")) {
+    std::cerr << "warning: " << state_path
+              << " has no checksums (a checkpoint from an older phasekv): its files are loaded "
+                 "unverified\n";
+    return;
+  }
+  for (const char* f : kCheckpointFiles) {
+    const fs::path path = dir / f;
+    const nlohmann::json want = state["checksums"].value(f, nlohmann::json());
+    if (!want.is_object() || !want.contains("bytes") || !want.contains("fnv1a64"))
+      throw Error(state_path + ": checksums has no valid entry for " + f +
+                  " (expected {\"bytes\": N, \"fnv1a64\": \"hex\"})");
+    if (!fs::exists(path)) throw Error("--resume: " + path.string() + " is missing");
+    const nlohmann::json got = file_checksum(path);
+    if (got["bytes"] != want["bytes"])
+      throw Error("--resume: " + path.string() + " has " + got["bytes"].dump() + " bytes but " +
+                  state_path + " records " + want["bytes"].dump() +
+                  " (truncated or replaced); restore it or train afresh with --force");
+    if (got["fnv1a64"] != want["fnv1a64"])
+      throw Error("--resume: " + path.string() + " does not match its checksum in " + state_path +
+                  " (fnv1a64 " + got["fnv1a64"].get<std::string>() + ", recorded " +
+                  want["fnv1a64"].get<std::string>() +
+                  "): the file is corrupt; restore it or train afresh with --force");
+  }
+}
+
+// state.json's step and data RNG; anything else is an error naming the file.
+int read_checkpoint_state(const std::string& path, const nlohmann::json& state,
+                          std::mt19937_64& rng) {
+  if (!state.is_object() || !state.contains("step") || !state["step"].is_number_unsigned() ||
+      !state.contains("rng") || !state["rng"].is_string())
+    throw Error(path + ": not a checkpoint state (expected {\"step\": N >= 0, \"rng\": \"...\"})");
+  std::istringstream ss(state["rng"].get<std::string>());
+  ss >> rng;
+  if (ss.fail()) throw Error(path + ": key 'rng' is not a saved random-generator state");
+  return state["step"].get<int>();
 }
 
 int load_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
@@ -83,18 +137,28 @@ int load_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::Ad
   if (!fs::exists(dir / "state.json"))
     throw Error("--resume: no checkpoint in " + out_dir + " (expected " +
                 (dir / "state.json").string() + ")");
-  auto file = load_safetensors((dir / "model.safetensors").string());
+  const std::string state_path = (dir / "state.json").string();
+  const nlohmann::json state = read_json_file(state_path);
+  std::mt19937_64 saved_rng;
+  const int step = read_checkpoint_state(state_path, state, saved_rng);
+  verify_checkpoint(dir, state);
+  const std::string weights = (dir / "model.safetensors").string();
+  auto file = load_safetensors(weights);
   {
     torch::NoGradGuard g;
     for (auto& p : model->named_parameters())
-      p.value().copy_(
-          take_tensor(file, (dir / "model.safetensors").string(), p.key(), p.value().sizes()));
+      p.value().copy_(take_tensor(file, weights, p.key(), p.value().sizes()));
   }
-  torch::load(opt, (dir / "optimizer.pt").string());
-  auto state = nlohmann::json::parse(read_file((dir / "state.json").string()));
-  std::istringstream ss(state.at("rng").get<std::string>());
-  ss >> rng;
-  return state.at("step").get<int>();
+  const std::string optimizer = (dir / "optimizer.pt").string();
+  try {
+    torch::load(opt, optimizer);
+  } catch (const c10::Error& e) {
+    // Reached by a checkpoint without checksums; libtorch's message names no file.
+    throw Error("--resume: " + optimizer + " cannot be read as optimizer state (truncated or " +
+                "corrupt?): " + e.what_without_backtrace());
+  }
+  rng = saved_rng;
+  return step;
 }
 
 // Drops log lines past the checkpoint, so a resumed run's log reads like an uninterrupted one.
