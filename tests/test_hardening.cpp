@@ -434,5 +434,62 @@ TEST(HardeningTrain, ACheckpointWithoutChecksumsLoadsWithAWarning) {
   fs::remove_all(dir);
 }
 
+// ---- item 11: smaller ones ------------------------------------------------------------------
+
+// A sweep needs a trained model's task.json: the bundled kv-chunked (stride 4).
+fs::path kv_chunked() { return fs::path(PHASEKV_SOURCE_DIR) / "models" / "kv-chunked"; }
+
+std::string sweep_args(const fs::path& model, const fs::path& out, int modulus) {
+  return "sweep --model " + model.string() + " --task kv --examples 1 --modulus " +
+         std::to_string(modulus) + " --padding prefix --threads 1 --out " + out.string();
+}
+
+// A modulus that the model's stride (4) does not divide only warned, and the sweep lost its
+// interior/boundary split; now it is an error unless --stride is given explicitly.
+TEST(HardeningSweep, AModulusNotAMultipleOfTheStrideIsAnErrorUnlessStrideIsGiven) {
+  const fs::path dir = test::temp_dir("hard_modulus");
+  const fs::path model = kv_chunked();
+  CmdResult r = phasekv(sweep_args(model, dir / "s6", 6), dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "--modulus 6 is not a multiple of the model's stride 4")) << r.err;
+  EXPECT_TRUE(has(r.err, "--stride")) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "s6" / "results.jsonl"));
+  r = phasekv(sweep_args(model, dir / "s6", 6) + " --stride 0", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "no interior/boundary split")) << r.err;
+  fs::remove_all(dir);
+}
+
+// `logits --stream --chunk 0` printed "Value 0 not in range 0.000000 to 1797693...".
+TEST(HardeningCli, ChunkZeroSaysWhatIsAllowed) {
+  const fs::path dir = test::temp_dir("hard_chunk");
+  const fs::path model = tiny_model(dir);
+  const CmdResult r =
+      phasekv("logits --model " + model.string() + " --tokens 1,2 --stream --chunk 0", dir);
+  EXPECT_NE(r.status, 0) << r.err;
+  EXPECT_TRUE(has(r.err, "--chunk")) << r.err;
+  EXPECT_TRUE(has(r.err, "allowed: an integer >= 1")) << r.err;
+  EXPECT_FALSE(has(r.err, "1797693")) << r.err;
+  fs::remove_all(dir);
+}
+
+// Two sweeps into one --out both ran, appending to one results.jsonl. A run holds OUT/.lock (here
+// the test holds it, as a running sweep would); a second is refused naming the directory.
+TEST(HardeningSweep, ASecondRunIntoTheSameOutIsRefused) {
+  const fs::path dir = test::temp_dir("hard_lock");
+  const fs::path model = kv_chunked(), out = dir / "s";
+  {
+    const DirLock running(out.string());
+    const CmdResult r = phasekv(sweep_args(model, out, 8), dir);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_TRUE(has(r.err, out.string() + " is in use by another run")) << r.err;
+    EXPECT_FALSE(fs::exists(out / "results.jsonl"));
+  }
+  const CmdResult r = phasekv(sweep_args(model, out, 8), dir);  // released: it runs
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out / "results.jsonl"));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace phasekv

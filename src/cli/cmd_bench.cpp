@@ -61,6 +61,7 @@ void add_train(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
 void add_stream(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   PHASEKV_BENCH_OPTION(cmd, f, "--contexts", contexts, "context lengths T");
   PHASEKV_BENCH_OPTION(cmd, f, "--chunk", chunk, "prefill chunk (tokens per feed)");
+  f->overrides.back().first->check(at_least_one());  // 0 would never advance
   PHASEKV_BENCH_OPTION(cmd, f, "--decode-tokens", decode_tokens, "timed decode steps");
   PHASEKV_BENCH_OPTION(cmd, f, "--d-model", stream_d_model, "streaming model: d_model");
   PHASEKV_BENCH_OPTION(cmd, f, "--layers", stream_layers, "streaming model: layers");

@@ -48,6 +48,23 @@ CLI::Validator non_negative() {
       "NONNEGATIVE");
 }
 
+// An integer >= 1. CLI::PositiveNumber said "Value 0 not in range 0.000000 to 1.79e308" for 0.
+CLI::Validator at_least_one() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        long long v = 0;
+        size_t used = 0;
+        try {
+          v = std::stoll(s, &used);
+        } catch (const std::exception&) {
+        }
+        if (used != s.size() || used == 0 || v < 1)
+          return "'" + s + "' is not allowed (allowed: an integer >= 1)";
+        return "";
+      },
+      "INT>=1");
+}
+
 void register_init(CLI::App& app) {
   auto* cmd = app.add_subcommand("init", "write a seeded, randomly initialised model directory");
   auto config = std::make_shared<std::string>();
@@ -143,8 +160,8 @@ void register_logits(CLI::App& app) {
   cmd->add_flag("--stream", *stream,
                 "use the streaming session: prefill in chunks of --chunk tokens (default 1: one "
                 "token at a time, i.e. pure decode)");
-  cmd->add_option("--chunk", *chunk, "with --stream: tokens per prefill call")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--chunk", *chunk, "with --stream: tokens per prefill call (>= 1)")
+      ->check(at_least_one());
   cmd->add_option("--out", *out, "write JSON here instead of stdout");
   cmd->callback([=] {
     set_threads(0);

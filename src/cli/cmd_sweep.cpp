@@ -51,6 +51,7 @@ struct SweepArgs {
   double target_depth = -2;  // -2: as in task.json
   int ensemble = 1;
   bool recent_copy = false;
+  bool stride_given = false;  // --stride on the command line, even 0
   SlaGate sla;
 };
 
@@ -73,6 +74,7 @@ void run_sweep_command(const SweepArgs& a) {
   o.padding = padding;
   o.seed = a.seed;
   o.stride = a.stride;
+  o.stride_given = a.stride_given;
   o.out_dir = a.out;
   o.batch = a.batch;
   o.stats.bootstrap_reps = a.bootstrap;
@@ -159,8 +161,11 @@ void register_sweep(CLI::App& app) {
   cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
       ->required();
   cmd->add_option("--seed", a->seed, "names the logical examples")->check(non_negative());
-  cmd->add_option("--stride", a->stride,
-                  "stride S for the statistics and --ensemble's shifts (0 = the model's)");
+  auto* stride = cmd->add_option(
+      "--stride", a->stride,
+      "stride S for the statistics and --ensemble's shifts (0 = the model's; given explicitly, "
+      "a model stride that does not divide --modulus means no interior/boundary split instead of "
+      "an error)");
   cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)")
       ->check(compute_threads());
   cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
@@ -176,7 +181,10 @@ void register_sweep(CLI::App& app) {
                 "lookup: put the target record again right before the target key, inside the raw "
                 "window (the harness knows it: an upper bound; docs/MITIGATIONS.md)");
   add_sla_options(cmd, a->sla);
-  cmd->callback([a] { run_sweep_command(*a); });
+  cmd->callback([a, stride] {
+    a->stride_given = stride->count() > 0;
+    run_sweep_command(*a);
+  });
 }
 
 void add_sla_options(CLI::App* cmd, SlaGate& gate) {

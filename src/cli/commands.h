@@ -27,6 +27,8 @@ void set_threads(int n);
 CLI::Validator compute_threads();
 // For unsigned options: CLI11 reads "-1" into a uint64_t as 2^64 - 1; this refuses a minus sign.
 CLI::Validator non_negative();
+// An integer >= 1 (--chunk), with a message naming what is allowed.
+CLI::Validator at_least_one();
 
 // The worst-phase SLA gate (eval/sla_gate.h) of sweep and audit: --max-gap and --min-worst on
 // `cmd`, filling `gate`.

@@ -13,6 +13,7 @@
 
 #include "util/duration.h"
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace phasekv {
 namespace {
@@ -104,6 +105,7 @@ void score_pending(Backend& backend, EvalMode& mode, const RunOptions& o,
 
 RunResult run_items(Backend& backend, EvalMode& mode, const RunOptions& o) {
   if (o.out_dir.empty()) throw Error("no output directory given (--out DIR)");
+  const DirLock lock(o.out_dir);  // a second sweep or audit into the same --out is refused
   RunResult run;
   run.path = (fs::path(o.out_dir) / "results.jsonl").string();
 

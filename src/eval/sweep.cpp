@@ -123,6 +123,14 @@ std::pair<int, std::string> choose_stride(const SweepOptions& o, const json& des
   if (s <= 0) s = meta_int(described, "stride");
   if (s <= 0) return {0, "unknown"};
   if (o.modulus % s != 0) {
+    // Only a warning before issue 20: a sweep ran to the end without the split nobody asked to
+    // lose. Now the caller must say so with --stride.
+    if (!o.stride_given)
+      throw Error(fmt::format(
+          "--modulus {} is not a multiple of the model's stride {}: the phase r = p mod M would "
+          "not determine p mod S (allowed: a multiple of {}, e.g. {}; or give --stride "
+          "explicitly, --stride 0 = no interior/boundary split)",
+          o.modulus, s, s, 2 * s));
     if (progress)
       *progress << fmt::format(
           "warning: the model's stride {} does not divide the modulus {}; no interior/boundary "

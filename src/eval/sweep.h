@@ -28,8 +28,11 @@ struct SweepOptions {
   PaddingMode padding = PaddingMode::kPrefix;
   uint64_t seed = 0;  // names the logical examples (with the task config)
   // Stride S for the interior/boundary split and the periodicity check. 0: the model's stride
-  // (model_meta["stride"], else the backend's describe()["stride"]) when it divides M, else none.
+  // (model_meta["stride"], else the backend's describe()["stride"]). A model stride that does not
+  // divide M is an error (the phases would not determine p mod S) unless stride_given: the
+  // caller chose the stride (--stride, even 0), and then there is no split.
   int stride = 0;
+  bool stride_given = false;
   std::string out_dir;  // results.jsonl (the caller writes the report files beside it)
   int batch = 32;       // requests per Backend::score call, and per flush of results.jsonl
   SummaryOptions stats;

@@ -1,5 +1,7 @@
 #include "util/fs.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,6 +35,20 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
   }
 }
+
+DirLock::DirLock(const std::string& dir) {
+  std::filesystem::create_directories(dir);
+  const std::string path = (std::filesystem::path(dir) / ".lock").string();
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error("cannot open the lock file " + path);
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(fd_);
+    throw Error(dir + " is in use by another run (it holds " + path +
+                "); wait for it to finish or give another --out");
+  }
+}
+
+DirLock::~DirLock() { ::close(fd_); }  // closing releases the flock
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -11,4 +11,18 @@ std::string read_file(const std::string& path);
 // read_file + JSON parse; a syntax error throws phasekv::Error naming the file.
 nlohmann::json read_json_file(const std::string& path);
 
+// An exclusive flock on DIR/.lock (DIR is created), held while the object lives: two runs writing
+// into one directory would interleave their records. The kernel drops it when the process dies, so
+// a killed run leaves no stale lock. Throws phasekv::Error naming DIR when another process holds it.
+class DirLock {
+ public:
+  explicit DirLock(const std::string& dir);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace phasekv
