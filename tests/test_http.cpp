@@ -26,6 +26,7 @@
 #include "model/model_dir.h"
 #include "io/tokenizer.h"
 #include "server/server.h"
+#include "served.h"
 #include "test_util.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -40,42 +41,10 @@ TaskConfig small_task() { return test::small_kv_task(); }
 ModelConfig small_model_config() { return test::small_kv_model_config(40); }
 
 fs::path temp_dir(const std::string& name) { return test::temp_dir("http_" + name); }
-
-// A phasekv server on a random loopback port, serving a tiny random model, for one test suite.
-class Served {
- public:
-  explicit Served(ServerOptions o = {}) : dir_(temp_dir("model")) {
-    model_dir_ = (dir_ / "tiny").string();
-    Decoder model = test::make_model(small_model_config(), 11);
-    save_model_dir(model_dir_, model);
-    save_task_files(model_dir_, small_task());
-    local_ = std::make_unique<LocalBackend>(LocalBackend::from_dir(model_dir_, 2));
-    o.port = 0;
-    o.threads = 24;
-    server_ = std::make_unique<CompletionServer>(*local_, load_tokenizer_if_present(model_dir_),
-                                                 load_task_config(model_dir_), o);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->serve(); });
-    while (!server_->running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  ~Served() {
-    server_->stop();
-    thread_.join();
-    fs::remove_all(dir_);
-  }
-  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  LocalBackend& local() { return *local_; }
-  const std::string& name() const { return server_->served_name(); }
-  int port() const { return port_; }
-
- private:
-  fs::path dir_;
-  std::string model_dir_;
-  std::unique_ptr<LocalBackend> local_;
-  std::unique_ptr<CompletionServer> server_;
-  std::thread thread_;
-  int port_ = 0;
-};
+using test::expect_error;
+using test::post;
+using test::Reply;
+using test::Served;
 
 HttpBackendOptions options_for(const std::string& endpoint, const std::string& model,
                                const std::string& dialect = "auto") {
@@ -259,33 +228,6 @@ TEST_F(ServeTest, ConcurrentClientsGetConsistentAnswers) {
 // ---------------------------------------------------------------------------------------------
 // 3. Validation: JSON 4xx errors naming the field.
 
-struct Reply {
-  int status = 0;
-  json body;
-};
-
-Reply post(int port, const std::string& path, const std::string& body) {
-  httplib::Client c("127.0.0.1", port);
-  auto res = c.Post(path.c_str(), body, "application/json");
-  if (!res) return {};
-  Reply r;
-  r.status = res->status;
-  r.body = res->body.empty() ? json() : json::parse(res->body, nullptr, false);
-  return r;
-}
-
-void expect_error(const Reply& r, int status, const std::string& param, const std::string& part) {
-  EXPECT_EQ(r.status, status) << r.body.dump();
-  ASSERT_TRUE(r.body.is_object() && r.body.contains("error")) << r.body.dump();
-  const json& e = r.body["error"];
-  EXPECT_EQ(e["code"], status);
-  EXPECT_TRUE(e["type"].is_string());
-  if (!param.empty()) {
-    EXPECT_EQ(e["param"], param) << e.dump();
-  }
-  EXPECT_NE(e["message"].get<std::string>().find(part), std::string::npos) << e.dump();
-}
-
 TEST_F(ServeTest, ValidationErrorsAreJson4xx) {
   const int port = served_->port();
   const std::string p = "/v1/completions";
@@ -308,7 +250,10 @@ TEST_F(ServeTest, ValidationErrorsAreJson4xx) {
                "max-tokens-limit");
   expect_error(post(port, p, R"({"prompt": [1, 2], "max_tokens": 0})"), 400, "max_tokens", "echo");
   expect_error(post(port, p, R"({"prompt": [1, 2], "logprobs": 50})"), 400, "logprobs", "0..20");
-  expect_error(post(port, p, R"({"prompt": [1, 2], "stream": true})"), 400, "stream", "stream");
+  expect_error(post(port, p, R"({"prompt": [1, 2], "stream": "yes"})"), 400, "stream",
+               "true or false");
+  expect_error(post(port, p, R"({"prompt": [1, 2], "stream_options": {"include_usage": true}})"),
+               400, "stream_options", "only allowed with 'stream': true");
   expect_error(post(port, p, R"({"prompt": [1, 2], "model": "other"})"), 404, "model", "other");
   expect_error(post(port, p, R"({"prompt": [1, 2)"), 400, "", "not valid JSON");
   expect_error(post(port, p, R"([1, 2])"), 400, "", "JSON object");

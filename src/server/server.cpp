@@ -9,10 +9,12 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
-#include <random>
+#include <csignal>
 #include <thread>
 
 #include "model/model_dir.h"
+#include "server/chat_template.h"
+#include "server/response_shapes.h"
 #include "server/server_engine.h"
 #include "server/server_requests.h"
 #include "util/error.h"
@@ -43,75 +45,6 @@ void guarded(httplib::Response& res, F&& f) {
   } catch (const std::exception& e) {
     send_json(res, 500, error_body(500, "internal_server_error", e.what()));
   }
-}
-
-std::string completion_id() {
-  static std::atomic<uint64_t> counter{0};
-  static const uint64_t base = std::mt19937_64{std::random_device{}()}();
-  return fmt::format("cmpl-{:016x}{:08x}", base, counter++ & 0xffffffffu);
-}
-
-// The OpenAI "logprobs" object of one choice: tokens, token_logprobs, top_logprobs and
-// text_offset over the echoed prompt (when echo) and the generated tokens.
-struct LogprobsBuilder {
-  const ModelLimits& limits;
-  bool as_ids;
-  json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
-       offsets = json::array();
-  size_t offset = 0;
-
-  std::string piece(int32_t id) const { return token_text(id, as_ids, limits); }
-  void add(int32_t id, const TokenLogprobs* lp) {
-    const std::string text = piece(id);
-    const size_t start = offset == 0 && tokens.empty() ? 0 : offset + 1;  // words: one space
-    offsets.push_back(start);
-    offset = start + text.size();
-    tokens.push_back(text);
-    if (!lp || !lp->logprob) {
-      token_logprobs.push_back(nullptr);
-      top.push_back(nullptr);
-      return;
-    }
-    token_logprobs.push_back(*lp->logprob);
-    json t = json::object();
-    for (const auto& [tid, v] : lp->top) t[piece(tid)] = v;
-    top.push_back(std::move(t));
-  }
-  json build() const {
-    return {{"text_offset", offsets},
-            {"token_logprobs", token_logprobs},
-            {"tokens", tokens},
-            {"top_logprobs", top}};
-  }
-};
-
-// Word-level text of ids, "" without a tokenizer.
-std::string text_of(const std::vector<int32_t>& ids, const ModelLimits& limits) {
-  if (!limits.tokenizer || ids.empty()) return "";
-  return limits.tokenizer->decode(ids);
-}
-
-json make_choice(size_t index, const std::vector<int32_t>& prompt, const EngineResult& r,
-                 const CompletionRequest& req, const ModelLimits& limits) {
-  std::string text = text_of(r.generated, limits);
-  if (!text.empty()) text = " " + text;  // continues the prompt's words
-  if (req.echo) text = text_of(prompt, limits) + text;
-  json logprobs = nullptr;
-  if (req.logprobs) {
-    LogprobsBuilder b{limits, req.tokens_as_ids};
-    if (req.echo)
-      for (size_t t = 0; t < prompt.size(); ++t) b.add(prompt[t], &r.prompt.at(t));
-    for (size_t t = 0; t < r.generated.size(); ++t) b.add(r.generated[t], &r.completion.at(t));
-    logprobs = b.build();
-  }
-  json c = {{"index", index},         {"text", text},
-            {"logprobs", logprobs},   {"finish_reason", "length"},
-            {"stop_reason", nullptr}, {"prompt_logprobs", nullptr}};
-  if (req.return_token_ids) {
-    c["prompt_token_ids"] = prompt;
-    c["token_ids"] = r.generated;
-  }
-  return c;
 }
 
 }  // namespace
@@ -160,6 +93,9 @@ CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordToke
   http_->set_write_timeout(60);
   http_->set_keep_alive_max_count(10000);
   http_->set_tcp_nodelay(true);  // small JSON answers must not wait for the client's delayed ACK
+  // A client that disconnects mid-stream must not kill the server: httplib writes without
+  // MSG_NOSIGNAL, so the write would raise SIGPIPE; ignored, it fails with EPIPE instead.
+  std::signal(SIGPIPE, SIG_IGN);
   routes();
 }
 
@@ -175,6 +111,8 @@ void CompletionServer::routes() {
   http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_completions(req, res);
   });
+  http_->Post("/v1/chat/completions",
+              [this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); });
   http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     handle_tokenize(req, res);
   });
@@ -196,7 +134,7 @@ void CompletionServer::routes() {
                 error_body(404, "not_found_error",
                            "no route " + req.method + " " + req.path +
                                " (routes: GET /health, /v1/models, /version; POST "
-                               "/v1/completions, /tokenize, /detokenize)"));
+                               "/v1/completions, /v1/chat/completions, /tokenize, /detokenize)"));
     else
       send_json(
           res, res.status,
@@ -224,6 +162,7 @@ void CompletionServer::handle_models(httplib::Response& res) const {
   json phasekv = {{"config_hash", config_hash(cfg)},
                   {"vocab_size", cfg.vocab_size},
                   {"tokenizer", tokenizer_ ? "word" : "none"},
+                  {"chat_template", tokenizer_ ? json(kChatTemplate) : json(nullptr)},
                   {"task", task_ ? task_config_to_json(*task_) : json(nullptr)}};
   json card = {{"id", name_},
                {"object", "model"},
@@ -239,50 +178,59 @@ void CompletionServer::handle_models(httplib::Response& res) const {
 
 void CompletionServer::handle_completions(const httplib::Request& req, httplib::Response& res) {
   guarded(res, [&] {
-    const CompletionRequest r = parse_completion(parse_body(req.body), limits_);
-    EngineParams p;
-    p.max_tokens = r.max_tokens;
-    p.temperature = r.temperature;
-    p.top_p = r.top_p;
-    p.top_k = r.top_k;
-    p.top_n = r.logprobs ? *r.logprobs : -1;
-    p.prompt_logprobs = r.echo && r.logprobs.has_value();
+    auto r = std::make_shared<const CompletionRequest>(
+        parse_completion(parse_body(req.body), limits_));
+    if (r->stream) return stream_completions(r, res);
+    const int top_n = r->logprobs ? *r->logprobs : -1;
     json choices = json::array();
     int64_t prompt_tokens = 0, completion_tokens = 0;
-    for (size_t i = 0; i < r.prompts.size(); ++i) {
-      // Each prompt of a request gets its own stream, so a batch equals separate requests.
-      p.seed = r.seed ? *r.seed + i : std::random_device{}();
-      const EngineResult out = engine_->run(r.prompts[i], p);
-      choices.push_back(make_choice(i, r.prompts[i], out, r, limits_));
-      prompt_tokens += static_cast<int64_t>(r.prompts[i].size());
+    for (size_t i = 0; i < r->prompts.size(); ++i) {
+      const auto& prompt = r->prompts[i];
+      const EngineResult out =
+          engine_->run(prompt, engine_params(*r, top_n, r->echo && r->logprobs.has_value(), i));
+      choices.push_back(completion_choice(i, prompt, out, *r, limits_));
+      prompt_tokens += static_cast<int64_t>(prompt.size());
       completion_tokens += static_cast<int64_t>(out.generated.size());
     }
     send_json(res, 200,
-              {{"id", completion_id()},
+              {{"id", response_id("cmpl")},
                {"object", "text_completion"},
                {"created", static_cast<int64_t>(std::time(nullptr))},
                {"model", name_},
                {"choices", choices},
-               {"usage",
-                {{"prompt_tokens", prompt_tokens},
-                 {"completion_tokens", completion_tokens},
-                 {"total_tokens", prompt_tokens + completion_tokens}}}});
+               {"usage", usage_json(prompt_tokens, completion_tokens)}});
+  });
+}
+
+void CompletionServer::handle_chat(const httplib::Request& req, httplib::Response& res) {
+  guarded(res, [&] {
+    auto r = std::make_shared<const ChatRequest>(parse_chat(parse_body(req.body), limits_));
+    if (r->stream) return stream_chat(r, res);
+    const EngineResult out =
+        engine_->run(r->prompt, engine_params(*r, r->logprobs ? r->top_logprobs : -1, false, 0));
+    send_json(res, 200,
+              {{"id", response_id("chatcmpl")},
+               {"object", "chat.completion"},
+               {"created", static_cast<int64_t>(std::time(nullptr))},
+               {"model", name_},
+               {"choices", json::array({chat_choice(out, *r, limits_)})},
+               {"usage", usage_json(static_cast<int64_t>(r->prompt.size()),
+                                    static_cast<int64_t>(out.generated.size()))}});
   });
 }
 
 void CompletionServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
   guarded(res, [&] {
     const TokenizeRequest r = parse_tokenize(parse_body(req.body), limits_);
-    const auto ids = encode_text(r.prompt, r.add_special_tokens, limits_, "prompt");
     json strs = nullptr;
     if (r.return_token_strs) {
       strs = json::array();
-      for (int32_t id : ids) strs.push_back(token_text(id, false, limits_));
+      for (int32_t id : r.ids) strs.push_back(token_text(id, false, limits_));
     }
     send_json(res, 200,
-              {{"count", ids.size()},
+              {{"count", r.ids.size()},
                {"max_model_len", backend_.max_context()},
-               {"tokens", ids},
+               {"tokens", r.ids},
                {"token_strs", strs}});
   });
 }
@@ -336,6 +284,8 @@ void CompletionServer::stop() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http_->stop();
 }
+
+int64_t CompletionServer::tokens_generated() const { return engine_->tokens_generated(); }
 
 bool CompletionServer::running() const {
   return http_->is_running();

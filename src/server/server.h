@@ -10,7 +10,11 @@
 //                         with echo), temperature 0 = greedy, else sampling with top_p/top_k and
 //                         seed, logprobs N (top N per position), echo (prompt logprobs),
 //                         return_tokens_as_token_ids, return_token_ids; cache_salt accepted
-//   POST /tokenize        {prompt, add_special_tokens} -> {tokens, count, max_model_len}
+//   POST /v1/chat/completions  messages rendered by the chat template (chat_template.h), the
+//                         same sampling; logprobs true + top_logprobs N in OpenAI's chat shape
+//   Both generation routes stream server-sent events with stream: true (server_stream.cpp).
+//   POST /tokenize        {prompt, add_special_tokens} or {messages} -> {tokens, count,
+//                         max_model_len}
 //   POST /detokenize      {tokens} -> {prompt}
 //
 // Every failure is JSON {"error": {"message", "type", "code", "param"}} with a 4xx status for
@@ -21,6 +25,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -35,6 +40,7 @@
 
 namespace httplib {
 class Server;
+class DataSink;
 struct Request;
 struct Response;
 }  // namespace httplib
@@ -79,11 +85,19 @@ class CompletionServer {
   // True once serve() accepts connections (tests wait for it before connecting).
   bool running() const;
   const std::string& served_name() const { return name_; }
+  // Tokens the model has generated since start (a stream whose client left stops early).
+  int64_t tokens_generated() const;
 
  private:
   void routes();
   void handle_models(httplib::Response& res) const;
   void handle_completions(const httplib::Request& req, httplib::Response& res);
+  void handle_chat(const httplib::Request& req, httplib::Response& res);
+  // server_stream.cpp: the body as server-sent events written by `produce` (false: the client
+  // went away or the stream was cut).
+  void stream(httplib::Response& res, std::function<bool(httplib::DataSink&)> produce);
+  void stream_completions(std::shared_ptr<const CompletionRequest> r, httplib::Response& res);
+  void stream_chat(std::shared_ptr<const ChatRequest> r, httplib::Response& res);
   void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
   void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;
 

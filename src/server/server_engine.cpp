@@ -61,7 +61,8 @@ int32_t choose(const torch::Tensor& logp, const EngineParams& p, std::mt19937_64
 
 }  // namespace
 
-EngineResult ModelEngine::run(const std::vector<int32_t>& prompt, const EngineParams& p) {
+EngineResult ModelEngine::run(const std::vector<int32_t>& prompt, const EngineParams& p,
+                              const TokenCallback& on_token) {
   EngineResult r;
   if (p.max_tokens <= 0 && !p.prompt_logprobs) return r;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -86,6 +87,8 @@ EngineResult ModelEngine::run(const std::vector<int32_t>& prompt, const EnginePa
     const int32_t token = choose(last, p, rng);
     r.generated.push_back(token);
     if (p.top_n >= 0) r.completion.push_back(entry(last, token, p.top_n));
+    ++generated_;
+    if (on_token && !on_token(r)) break;
     if (step + 1 == p.max_tokens) break;
     if (!session) {
       // The streaming session only from the second token on: the first one comes from the

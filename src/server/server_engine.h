@@ -2,7 +2,9 @@
 // or sampled. One request at a time (a mutex): libtorch already uses every core for one forward,
 // and serial execution keeps results identical to the in-process backend.
 #pragma once
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,16 +36,24 @@ struct EngineResult {
   std::vector<TokenLogprobs> completion;  // per generated token (only with top_n >= 0)
 };
 
+// Called after each generated token with everything so far (streaming sends it on); returning
+// false stops the generation there (the client has gone).
+using TokenCallback = std::function<bool(const EngineResult&)>;
+
 class ModelEngine {
  public:
   explicit ModelEngine(LocalBackend& backend) : backend_(backend) {}
   // Prompt ids must be valid and prompt + max_tokens must fit max_context (checked by the
-  // server before calling).
-  EngineResult run(const std::vector<int32_t>& prompt, const EngineParams& p);
+  // server before calling). The streaming routes pass on_token; the result is the same.
+  EngineResult run(const std::vector<int32_t>& prompt, const EngineParams& p,
+                   const TokenCallback& on_token = nullptr);
+  // Tokens generated since the server started (tests check that a disconnect stops a stream).
+  int64_t tokens_generated() const { return generated_; }
 
  private:
   LocalBackend& backend_;
   std::mutex mutex_;
+  std::atomic<int64_t> generated_{0};
 };
 
 }  // namespace phasekv

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "server/chat_template.h"
+#include "server/request_fields.h"
 #include "util/error.h"
 
 namespace phasekv {
@@ -10,54 +12,12 @@ namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void bad(const std::string& param, const std::string& message) {
-  throw ApiError(400, "invalid_request_error", param, message);
-}
-
-std::string type_name(const json& v) {
-  if (v.is_number_integer()) return "an integer";
-  if (v.is_number()) return "a number";
-  return std::string("a ") + v.type_name();
-}
-
-// The field's value when present and not null.
-const json* field(const json& body, const char* key) {
-  auto it = body.find(key);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
-bool get_bool(const json& body, const char* key, bool fallback) {
-  const json* v = field(body, key);
-  if (!v) return fallback;
-  if (!v->is_boolean())
-    bad(key, std::string("'") + key + "' must be true or false, not " + type_name(*v));
-  return v->get<bool>();
-}
-
-int64_t get_int(const json& body, const char* key, int64_t fallback, int64_t lo, int64_t hi,
-                const std::string& hint = "") {
-  const json* v = field(body, key);
-  if (!v) return fallback;
-  if (!v->is_number_integer())
-    bad(key, std::string("'") + key + "' must be an integer, not " + type_name(*v));
-  const auto x = v->get<int64_t>();
-  if (x < lo || x > hi)
-    bad(key, std::string("'") + key + "' is " + std::to_string(x) +
-                 " (allowed: " + std::to_string(lo) + ".." + std::to_string(hi) + hint + ")");
-  return x;
-}
-
-double get_number(const json& body, const char* key, double fallback, double lo, double hi) {
-  const json* v = field(body, key);
-  if (!v) return fallback;
-  if (!v->is_number())
-    bad(key, std::string("'") + key + "' must be a number, not " + type_name(*v));
-  const double x = v->get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi)
-    bad(key, std::string("'") + key + "' is " + v->dump() + " (allowed: " + json(lo).dump() + ".." +
-                 json(hi).dump() + ")");
-  return x;
-}
+using fields::bad;
+using fields::field;
+using fields::get_bool;
+using fields::get_int;
+using fields::get_number;
+using fields::type_name;
 
 std::vector<int32_t> id_prompt(const json& arr, const ModelLimits& limits, const std::string& where,
                                const std::string& param = "prompt") {
@@ -112,17 +72,18 @@ std::vector<std::vector<int32_t>> parse_prompts(const json& body, const ModelLim
   return out;
 }
 
-void check_lengths(const CompletionRequest& r, const ModelLimits& limits) {
-  for (const auto& p : r.prompts) {
+void check_lengths(const std::vector<std::vector<int32_t>>& prompts, int max_tokens,
+                   const ModelLimits& limits, const std::string& param) {
+  for (const auto& p : prompts) {
     const auto n = static_cast<int64_t>(p.size());
     if (n > limits.max_context)
-      bad("prompt", "This model's maximum context length is " + std::to_string(limits.max_context) +
-                        " tokens; the prompt has " + std::to_string(n) + " tokens");
-    if (n + r.max_tokens > limits.max_context)
+      bad(param, "This model's maximum context length is " + std::to_string(limits.max_context) +
+                     " tokens; the prompt has " + std::to_string(n) + " tokens");
+    if (n + max_tokens > limits.max_context)
       bad("max_tokens", "This model's maximum context length is " +
                             std::to_string(limits.max_context) + " tokens; the request asks for " +
-                            std::to_string(n + r.max_tokens) + " (" + std::to_string(n) +
-                            " in the prompt, " + std::to_string(r.max_tokens) +
+                            std::to_string(n + max_tokens) + " (" + std::to_string(n) +
+                            " in the prompt, " + std::to_string(max_tokens) +
                             " in the completion)");
   }
 }
@@ -182,22 +143,20 @@ std::string token_text(int32_t id, bool as_ids, const ModelLimits& limits) {
   return limits.tokenizer->tokens()[static_cast<size_t>(id)];
 }
 
-CompletionRequest parse_completion(const json& body, const ModelLimits& limits) {
+namespace {
+
+// The fields both generation routes share. max_tokens may be 0 here; the caller decides
+// whether that is allowed (completions with echo only).
+SamplingRequest parse_sampling(const json& body, const ModelLimits& limits,
+                               const char* max_tokens_key) {
   check_model(body, limits);
-  if (get_bool(body, "stream", false))
-    bad("stream", "streaming is not supported (send stream: false)");
   get_int(body, "n", 1, 1, 1, "; one completion per prompt");
   get_int(body, "best_of", 1, 1, 1, "; one completion per prompt");
   if (const json* salt = field(body, "cache_salt"); salt && !salt->is_string())
     bad("cache_salt", "'cache_salt' must be a string, not " + type_name(*salt));
-  CompletionRequest r;
-  r.echo = get_bool(body, "echo", false);
-  r.max_tokens = static_cast<int>(
-      get_int(body, "max_tokens", 16, 0, limits.max_tokens, "; the server's --max-tokens-limit"));
-  if (r.max_tokens == 0 && !r.echo)
-    bad("max_tokens",
-        "'max_tokens' is 0 without echo: the response would be empty (use echo "
-        "true to score the prompt, or max_tokens >= 1)");
+  SamplingRequest r;
+  r.max_tokens = static_cast<int>(get_int(body, max_tokens_key, 16, 0, limits.max_tokens,
+                                          "; the server's --max-tokens-limit"));
   r.temperature = get_number(body, "temperature", 1.0, 0.0, 100.0);
   r.top_p = get_number(body, "top_p", 1.0, 1e-9, 1.0);
   r.top_k = static_cast<int>(get_int(body, "top_k", 0, -1, 1 << 30));
@@ -206,28 +165,83 @@ CompletionRequest parse_completion(const json& body, const ModelLimits& limits) 
     r.seed =
         s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
   }
-  if (field(body, "logprobs"))
-    r.logprobs = static_cast<int>(get_int(body, "logprobs", 0, 0, limits.max_logprobs));
   r.tokens_as_ids = get_bool(body, "return_tokens_as_token_ids", false);
   r.return_token_ids = get_bool(body, "return_token_ids", false);
+  r.stream = get_bool(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    // As vLLM: options of a stream that was not asked for are a mistake, not a no-op.
+    if (!r.stream)
+      bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (!so->is_object())
+      bad("stream_options", "'stream_options' must be an object, not " + type_name(*so));
+    if (const json* u = field(*so, "include_usage"); u && !u->is_boolean())
+      bad("stream_options", "'stream_options.include_usage' must be true or false, not " +
+                                type_name(*u));
+    r.include_usage = so->value("include_usage", false);
+  }
+  return r;
+}
+
+}  // namespace
+
+CompletionRequest parse_completion(const json& body, const ModelLimits& limits) {
+  CompletionRequest r;
+  static_cast<SamplingRequest&>(r) = parse_sampling(body, limits, "max_tokens");
+  r.echo = get_bool(body, "echo", false);
+  if (r.max_tokens == 0 && !r.echo)
+    bad("max_tokens",
+        "'max_tokens' is 0 without echo: the response would be empty (use echo "
+        "true to score the prompt, or max_tokens >= 1)");
+  if (field(body, "logprobs"))
+    r.logprobs = static_cast<int>(get_int(body, "logprobs", 0, 0, limits.max_logprobs));
   r.prompts = parse_prompts(body, limits, get_bool(body, "add_special_tokens", true));
-  check_lengths(r, limits);
+  check_lengths(r.prompts, r.max_tokens, limits, "prompt");
+  return r;
+}
+
+ChatRequest parse_chat(const json& body, const ModelLimits& limits) {
+  ChatRequest r;
+  const bool new_name = field(body, "max_completion_tokens") != nullptr;
+  static_cast<SamplingRequest&>(r) =
+      parse_sampling(body, limits, new_name ? "max_completion_tokens" : "max_tokens");
+  if (r.max_tokens == 0)
+    bad(new_name ? "max_completion_tokens" : "max_tokens",
+        "a chat completion needs at least one token (allowed: 1.." +
+            std::to_string(limits.max_tokens) + ")");
+  if (field(body, "chat_template"))
+    bad("chat_template",
+        "this server renders chats with its own template only (GET /v1/models "
+        "phasekv.chat_template); leave 'chat_template' out");
+  if (get_bool(body, "echo", false))
+    bad("echo", "'echo' is not supported for chat completions (use /v1/completions)");
+  get_bool(body, "add_generation_prompt", true);  // type-checked; the template adds no tokens
+  get_bool(body, "continue_final_message", false);
+  r.logprobs = get_bool(body, "logprobs", false);
+  r.top_logprobs = static_cast<int>(get_int(body, "top_logprobs", 0, 0, limits.max_logprobs));
+  if (r.top_logprobs > 0 && !r.logprobs)
+    bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  r.prompt = render_chat(body, limits, get_bool(body, "add_special_tokens", false));
+  check_lengths({r.prompt}, r.max_tokens, limits, "messages");
   return r;
 }
 
 TokenizeRequest parse_tokenize(const json& body, const ModelLimits& limits) {
   check_model(body, limits);
-  if (field(body, "messages"))
-    bad("messages",
-        "chat messages are not supported (the model has no chat template); send "
-        "'prompt'");
+  TokenizeRequest r;
+  r.return_token_strs = get_bool(body, "return_token_strs", false);
+  if (field(body, "messages")) {
+    if (field(body, "prompt")) bad("messages", "send either 'prompt' or 'messages', not both");
+    get_bool(body, "add_generation_prompt", true);  // type-checked; the template adds no tokens
+    get_bool(body, "continue_final_message", false);
+    r.ids = render_chat(body, limits, get_bool(body, "add_special_tokens", false));
+    return r;
+  }
   const json* p = field(body, "prompt");
   if (!p || !p->is_string())
-    bad("prompt", "'prompt' must be a string" + (p ? ", not " + type_name(*p) : std::string()));
-  TokenizeRequest r;
-  r.prompt = p->get<std::string>();
-  r.add_special_tokens = get_bool(body, "add_special_tokens", true);
-  r.return_token_strs = get_bool(body, "return_token_strs", false);
+    bad("prompt", "'prompt' must be a string (or send chat 'messages')" +
+                      (p ? ", not " + type_name(*p) : std::string()));
+  r.ids = encode_text(p->get<std::string>(), get_bool(body, "add_special_tokens", true), limits,
+                      "prompt");
   return r;
 }
 

@@ -40,27 +40,45 @@ struct ModelLimits {
   const WordTokenizer* tokenizer = nullptr;  // nullptr: token-id prompts only
 };
 
-struct CompletionRequest {
-  std::vector<std::vector<int32_t>> prompts;
+// What /v1/completions and /v1/chat/completions share: sampling, the token rendering and
+// streaming (server-sent events).
+struct SamplingRequest {
   int max_tokens = 16;
   double temperature = 1.0;
   double top_p = 1.0;
   int top_k = 0;
   std::optional<uint64_t> seed;
-  std::optional<int> logprobs;
-  bool echo = false;
   bool tokens_as_ids = false;     // return_tokens_as_token_ids
   bool return_token_ids = false;  // token_ids / prompt_token_ids in each choice
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+};
+
+struct CompletionRequest : SamplingRequest {
+  std::vector<std::vector<int32_t>> prompts;
+  std::optional<int> logprobs;
+  bool echo = false;
+};
+
+// /v1/chat/completions: the messages rendered by the chat template (server/chat_template.h).
+struct ChatRequest : SamplingRequest {
+  std::vector<int32_t> prompt;
+  bool logprobs = false;
+  int top_logprobs = 0;  // alternatives per generated token (with logprobs)
 };
 
 // Parses a JSON body (throws ApiError 400 on invalid JSON or a non-object).
 nlohmann::json parse_body(const std::string& body);
 // Unknown fields are ignored (OpenAI clients send many); known ones must have the right type.
 CompletionRequest parse_completion(const nlohmann::json& body, const ModelLimits& limits);
+// The same rules for chat: `messages` instead of `prompt`, max_completion_tokens as an alias of
+// max_tokens (the newer OpenAI name), logprobs true/false with top_logprobs N.
+ChatRequest parse_chat(const nlohmann::json& body, const ModelLimits& limits);
 
+// {prompt} is text; {messages} is a chat rendered by the template (as vLLM's /tokenize, where
+// add_special_tokens then defaults to false: the template writes its own <bos>).
 struct TokenizeRequest {
-  std::string prompt;
-  bool add_special_tokens = true;
+  std::vector<int32_t> ids;
   bool return_token_strs = false;
 };
 TokenizeRequest parse_tokenize(const nlohmann::json& body, const ModelLimits& limits);

@@ -1,0 +1,72 @@
+#include "server/chat_template.h"
+
+#include <set>
+#include <string>
+
+#include "server/request_fields.h"
+
+namespace phasekv {
+
+using json = nlohmann::json;
+using fields::bad;
+using fields::type_name;
+
+const char* const kChatTemplate =
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['content'] is string %} {{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %} {{ part['text'] }}{% endfor %}{% endif %}"
+    "{% endfor %}";
+
+namespace {
+
+// The text of one message: a string, or a list of {"type": "text", "text": ...} parts (what
+// OpenAI clients send for multi-part content); null (an assistant turn without text) is empty.
+std::string content_text(const json& m, const std::string& where) {
+  const auto it = m.find("content");
+  if (it == m.end() || it->is_null()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array())
+    bad("messages", where + ".content must be a string or a list of text parts, not " +
+                        type_name(*it));
+  std::string text;
+  for (size_t j = 0; j < it->size(); ++j) {
+    const json& part = (*it)[j];
+    const std::string at = where + ".content[" + std::to_string(j) + "]";
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
+        !part["text"].is_string())
+      bad("messages", at + " must be {\"type\": \"text\", \"text\": \"...\"} (this model reads "
+                           "text only), not " + part.dump());
+    text += " " + part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+std::vector<int32_t> render_chat(const json& body, const ModelLimits& limits, bool add_special) {
+  const json* messages = fields::field(body, "messages");
+  if (!messages || !messages->is_array() || messages->empty())
+    bad("messages", "'messages' must be a non-empty list of {role, content}" +
+                        (messages ? ", not " + (messages->is_array() ? std::string("an empty list")
+                                                                     : type_name(*messages))
+                                  : std::string()));
+  if (!limits.tokenizer)
+    bad("messages", "this model has no tokenizer.json, so chat messages cannot be rendered");
+  static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
+  std::string text = "<bos>";
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad("messages", where + " must be an object {role, content}");
+    const json role = m.value("role", json());
+    if (!role.is_string() || !roles.count(role.get<std::string>()))
+      bad("messages", where + ".role is " + role.dump() +
+                          " (allowed: system, developer, user, assistant)");
+    text += " " + content_text(m, where);
+  }
+  // One tokenizer for the whole text, so an unknown word is reported as the prompt's; the
+  // message names the word.
+  return encode_text(text, add_special, limits, "messages");
+}
+
+}  // namespace phasekv

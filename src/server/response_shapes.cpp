@@ -1,0 +1,146 @@
+#include "server/response_shapes.h"
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <random>
+
+namespace phasekv {
+
+using json = nlohmann::json;
+
+std::string response_id(const std::string& prefix) {
+  static std::atomic<uint64_t> counter{0};
+  static const uint64_t base = std::mt19937_64{std::random_device{}()}();
+  return fmt::format("{}-{:016x}{:08x}", prefix, base, counter++ & 0xffffffffu);
+}
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+EngineParams engine_params(const SamplingRequest& r, int top_n, bool prompt_logprobs,
+                           size_t index) {
+  EngineParams p;
+  p.max_tokens = r.max_tokens;
+  p.temperature = r.temperature;
+  p.top_p = r.top_p;
+  p.top_k = r.top_k;
+  p.top_n = top_n;
+  p.prompt_logprobs = prompt_logprobs;
+  p.seed = r.seed ? *r.seed + index : std::random_device{}();
+  return p;
+}
+
+std::string text_of(const std::vector<int32_t>& ids, const ModelLimits& limits) {
+  if (!limits.tokenizer || ids.empty()) return "";
+  return limits.tokenizer->decode(ids);
+}
+
+void LogprobsBuilder::add(int32_t id, const TokenLogprobs* lp) {
+  const std::string text = token_text(id, as_ids_, limits_);
+  const size_t start = tokens_.empty() ? 0 : offset_ + 1;  // words: one space between
+  offsets_.push_back(start);
+  offset_ = start + text.size();
+  tokens_.push_back(text);
+  if (!lp || !lp->logprob) {
+    token_logprobs_.push_back(nullptr);
+    top_.push_back(nullptr);
+    return;
+  }
+  token_logprobs_.push_back(*lp->logprob);
+  json t = json::object();
+  for (const auto& [tid, v] : lp->top) t[token_text(tid, as_ids_, limits_)] = v;
+  top_.push_back(std::move(t));
+}
+
+json LogprobsBuilder::build(size_t from) const {
+  auto slice = [from](const std::vector<json>& v) {
+    return json(std::vector<json>(v.begin() + static_cast<std::ptrdiff_t>(from), v.end()));
+  };
+  return {{"text_offset", slice(offsets_)},
+          {"token_logprobs", slice(token_logprobs_)},
+          {"tokens", slice(tokens_)},
+          {"top_logprobs", slice(top_)}};
+}
+
+json completion_choice(size_t index, const std::vector<int32_t>& prompt, const EngineResult& r,
+                       const CompletionRequest& req, const ModelLimits& limits) {
+  std::string text = text_of(r.generated, limits);
+  if (!text.empty()) text = " " + text;  // continues the prompt's words
+  if (req.echo) text = text_of(prompt, limits) + text;
+  json logprobs = nullptr;
+  if (req.logprobs) {
+    LogprobsBuilder b(limits, req.tokens_as_ids);
+    if (req.echo)
+      for (size_t t = 0; t < prompt.size(); ++t) b.add(prompt[t], &r.prompt.at(t));
+    for (size_t t = 0; t < r.generated.size(); ++t) b.add(r.generated[t], &r.completion.at(t));
+    logprobs = b.build();
+  }
+  json c = {{"index", index},         {"text", text},
+            {"logprobs", logprobs},   {"finish_reason", "length"},
+            {"stop_reason", nullptr}, {"prompt_logprobs", nullptr}};
+  if (req.return_token_ids) {
+    c["prompt_token_ids"] = prompt;
+    c["token_ids"] = r.generated;
+  }
+  return c;
+}
+
+namespace {
+
+json utf8_bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace
+
+json chat_logprob(int32_t id, const TokenLogprobs& lp, int top_n, bool as_ids,
+                  const ModelLimits& limits) {
+  const std::string token = token_text(id, as_ids, limits);
+  json top = json::array();
+  // The engine lists the top N, then the chosen token when it is not among them; chat's
+  // top_logprobs are the N best only.
+  for (size_t i = 0; i < lp.top.size() && static_cast<int>(i) < top_n; ++i) {
+    const std::string t = token_text(lp.top[i].first, as_ids, limits);
+    top.push_back({{"token", t}, {"logprob", lp.top[i].second}, {"bytes", utf8_bytes(t)}});
+  }
+  return {{"token", token},
+          {"logprob", lp.logprob.value_or(0.0)},
+          {"bytes", utf8_bytes(token)},
+          {"top_logprobs", top}};
+}
+
+std::string chat_piece(int32_t id, size_t step, const ModelLimits& limits) {
+  const std::string word = text_of({id}, limits);
+  return step == 0 ? word : " " + word;
+}
+
+json chat_choice(const EngineResult& r, const ChatRequest& req, const ModelLimits& limits) {
+  json logprobs = nullptr;
+  if (req.logprobs) {
+    json content = json::array();
+    for (size_t t = 0; t < r.generated.size(); ++t)
+      content.push_back(
+          chat_logprob(r.generated[t], r.completion.at(t), req.top_logprobs, req.tokens_as_ids,
+                       limits));
+    logprobs = {{"content", content}};
+  }
+  json c = {{"index", 0},
+            {"message", {{"role", "assistant"}, {"content", text_of(r.generated, limits)},
+                         {"tool_calls", json::array()}}},
+            {"logprobs", logprobs},
+            {"finish_reason", "length"},
+            {"stop_reason", nullptr}};
+  if (req.return_token_ids) {
+    c["prompt_token_ids"] = req.prompt;
+    c["token_ids"] = r.generated;
+  }
+  return c;
+}
+
+}  // namespace phasekv
