@@ -1,11 +1,13 @@
 #include "backend/http_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <random>
 
+#include "backend/http_chat.h"
 #include "util/error.h"
 
 namespace phasekv {
@@ -41,6 +43,14 @@ std::string to_string(ScoreMode m) {
   return m == ScoreMode::kLogprob ? "logprob" : "generate";
 }
 
+ApiKind api_from_string(const std::string& s) {
+  if (s == "completions") return ApiKind::kCompletions;
+  if (s == "chat") return ApiKind::kChat;
+  throw Error("--api: '" + s + "' (allowed: completions, chat)");
+}
+
+std::string to_string(ApiKind a) { return a == ApiKind::kChat ? "chat" : "completions"; }
+
 HttpBackend::HttpBackend(HttpBackendOptions options, std::unique_ptr<Transport> transport)
     : options_(std::move(options)), transport_(std::move(transport)) {}
 
@@ -65,6 +75,7 @@ std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
       b->dialect_source_ = "--dialect";
     }
     b->load_model_card(0);
+    if (o.api == ApiKind::kChat) b->learn_chat_template(0);
   } catch (const RequestFailed& e) {
     throw Error(std::string("endpoint ") + o.endpoint + ": " + e.what());
   } catch (const ProtocolError& e) {
@@ -158,17 +169,55 @@ std::string HttpBackend::request_error(const std::vector<int32_t>& context) cons
   return "";
 }
 
+void HttpBackend::learn_chat_template(int slot) {
+  if (dialect_ != Dialect::kVllm)
+    throw Error("--api chat needs a server that renders chat messages through /tokenize "
+                "(vLLM, phasekv serve); the " + to_string(dialect_) + " dialect is not supported");
+  const HttpCall call = chat_render_call(options_.model, "");
+  chat_prefix_ = parse_tokenize(transport_->post(slot, call.route, call.body));
+}
+
+std::string HttpBackend::chat_content(int slot, const std::vector<int32_t>& context) {
+  if (context.size() < chat_prefix_.size() ||
+      !std::equal(chat_prefix_.begin(), chat_prefix_.end(), context.begin()))
+    throw ProtocolError("the planned prompt does not start with the chat template's " +
+                        std::to_string(chat_prefix_.size()) +
+                        " leading tokens, so no message renders into it");
+  const std::vector<int32_t> body(context.begin() + static_cast<std::ptrdiff_t>(chat_prefix_.size()),
+                                  context.end());
+  const HttpCall detok = detokenize_call(dialect_, options_.model, body);
+  const std::string content = parse_detokenize(transport_->post(slot, detok.route, detok.body));
+  const HttpCall render = chat_render_call(options_.model, content);
+  const std::string mismatch = chat_render_mismatch(
+      parse_tokenize(transport_->post(slot, render.route, render.body)), context);
+  if (!mismatch.empty()) throw ProtocolError(mismatch);
+  return content;
+}
+
+Generated HttpBackend::generate_one(int slot, const std::vector<int32_t>& context,
+                                    int max_tokens) {
+  if (options_.api == ApiKind::kChat) {
+    const HttpCall call = chat_call(call_params(), chat_content(slot, context), max_tokens);
+    return parse_chat_generate(transport_->post(slot, call.route, call.body), context.size());
+  }
+  const HttpCall call = generate_call(dialect_, call_params(), context, max_tokens);
+  return parse_generate(dialect_, transport_->post(slot, call.route, call.body));
+}
+
 ScoreResult HttpBackend::score_one(int slot, const ScoreRequest& r) {
   ScoreResult out;
   out.error = request_error(r.context);
   if (!out.error.empty()) return out;
   try {
+    if (options_.mode == ScoreMode::kLogprob && options_.api == ApiKind::kChat) {
+      const HttpCall call = chat_call(call_params(), chat_content(slot, r.context), 1);
+      return parse_chat_score(transport_->post(slot, call.route, call.body), r);
+    }
     if (options_.mode == ScoreMode::kLogprob) {
       const HttpCall call = score_call(dialect_, call_params(), r);
       return parse_score(dialect_, transport_->post(slot, call.route, call.body), r);
     }
-    const HttpCall call = generate_call(dialect_, call_params(), r.context, 1);
-    const Generated g = parse_generate(dialect_, transport_->post(slot, call.route, call.body));
+    const Generated g = generate_one(slot, r.context, 1);
     if (g.tokens.empty()) throw ProtocolError("the server generated no token");
     out.argmax = g.tokens.front();
     out.argmax_logprob = g.first_logprob.value_or(std::numeric_limits<double>::quiet_NaN());
@@ -198,8 +247,7 @@ std::vector<Generation> HttpBackend::generate_many(
     g.error = request_error(contexts[i]);
     if (!g.error.empty()) return;
     try {
-      const HttpCall call = generate_call(dialect_, call_params(), contexts[i], max_tokens);
-      Generated parsed = parse_generate(dialect_, transport_->post(slot, call.route, call.body));
+      Generated parsed = generate_one(slot, contexts[i], max_tokens);
       g.tokens = std::move(parsed.tokens);
       g.first_logprob = parsed.first_logprob;
     } catch (const std::exception& e) {
@@ -269,6 +317,7 @@ json HttpBackend::describe() const {
       {"dialect", to_string(dialect_)},
       {"dialect_source", dialect_source_},
       {"mode", to_string(options_.mode)},
+      {"api", to_string(options_.api)},
       {"top_n", options_.top_n},
       {"prefix_cache", prefix_cache_policy(dialect_, options_.defeat_prefix_cache)},
       {"concurrency", options_.concurrency},
@@ -278,6 +327,14 @@ json HttpBackend::describe() const {
       {"api_key_env", options_.api_key_env.empty() ? json(nullptr) : json(options_.api_key_env)},
       {"max_context",
        max_context() == std::numeric_limits<int64_t>::max() ? json(nullptr) : json(max_context())}};
+  if (options_.api == ApiKind::kChat) {
+    d["chat_template"] = "the server's, rendered through POST /tokenize {messages}; every prompt "
+                         "checked token for token";
+    d["chat_template_leading_tokens"] = chat_prefix_;
+    d["censoring"] = "targets outside the top " +
+                     std::to_string(std::min(options_.top_n, kMaxChatTopLogprobs)) +
+                     " (top_logprobs) are censored: wrong, logprob unknown";
+  }
   if (dialect_ == Dialect::kLlamacpp)
     d["censoring"] = "targets outside the top " + std::to_string(options_.top_n) +
                      " (n_probs) are censored: wrong, logprob unknown";

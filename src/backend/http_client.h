@@ -25,6 +25,12 @@ enum class ScoreMode { kLogprob, kGenerate };
 ScoreMode score_mode_from_string(const std::string& s);  // "logprob" | "generate"
 std::string to_string(ScoreMode m);
 
+// Which route scores: /v1/completions with token ids (the dialect's shapes), or
+// /v1/chat/completions with messages rendered by the server's chat template (http_chat.h).
+enum class ApiKind { kCompletions, kChat };
+ApiKind api_from_string(const std::string& s);  // "completions" | "chat"
+std::string to_string(ApiKind a);
+
 struct HttpBackendOptions {
   std::string endpoint;          // http[s]://host[:port][/base][/v1]
   std::string model;             // must be listed by GET /v1/models
@@ -36,6 +42,7 @@ struct HttpBackendOptions {
   double retry_base_delay_s = 0.25;  // backoff: attempt k waits U(0, base * 2^k), at most 20 s
   std::string api_key_env;           // name of the environment variable holding the key; "" = none
   ScoreMode mode = ScoreMode::kLogprob;
+  ApiKind api = ApiKind::kCompletions;  // chat: vllm dialect only (vLLM, phasekv serve)
   int top_n = 20;  // vLLM logprobs / llama.cpp n_probs
   bool defeat_prefix_cache = true;
   int64_t max_context = 0;  // > 0 overrides what the server reports
@@ -58,7 +65,8 @@ class HttpBackend : public Backend {
   int64_t max_context() const override;
   // backend "http", endpoint (no credentials), model, dialect and how it was chosen, mode,
   // top_n, prefix_cache policy, concurrency, timeout_s, retries, max_total_retries,
-  // api_key_env (the variable's name, never the key), max_context; for phasekv servers also
+  // api_key_env (the variable's name, never the key), max_context, api (and for chat the
+  // template's leading tokens); for phasekv servers also
   // config_hash and vocab_size. Never a stride: an audit must find it blind.
   nlohmann::json describe() const override;
 
@@ -82,6 +90,12 @@ class HttpBackend : public Backend {
   void load_model_card(int slot);
   CallParams call_params() const;
   ScoreResult score_one(int slot, const ScoreRequest& r);
+  // Greedy generation through the configured route; throws on failure.
+  Generated generate_one(int slot, const std::vector<int32_t>& context, int max_tokens);
+  // api chat: the template's leading tokens (learned at open), and the message content that
+  // renders exactly into `context` (throws ProtocolError naming the difference otherwise).
+  void learn_chat_template(int slot);
+  std::string chat_content(int slot, const std::vector<int32_t>& context);
   std::string request_error(const std::vector<int32_t>& context) const;
 
   HttpBackendOptions options_;
@@ -90,6 +104,7 @@ class HttpBackend : public Backend {
   std::string dialect_source_;
   nlohmann::json card_ = nlohmann::json::object();
   std::optional<int64_t> server_context_;
+  std::vector<int32_t> chat_prefix_;
 };
 
 }  // namespace phasekv

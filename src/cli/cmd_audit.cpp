@@ -5,7 +5,9 @@
 // Two renderings of the key-value task:
 //   ids   phasekv-served synthetic models (their /v1/models card publishes the training task):
 //         the sweep's own examples in token-id space, through run_sweep, so the records equal an
-//         in-process `phasekv sweep` of the same examples;
+//         in-process `phasekv sweep` of the same examples; with --api chat each context goes
+//         through the chat endpoint as a message the server's template renders into exactly
+//         those ids (backend/http_chat.h), the same run otherwise;
 //   text  real tokenizers: records rendered as text, tokenized piecewise by the server, spliced
 //         as ids and verified against the server's tokenizer (http_text_task.h).
 #include <fmt/format.h>
@@ -34,6 +36,7 @@ namespace fs = std::filesystem;
 
 struct AuditArgs {
   std::string endpoint, model, dialect = "auto", api_key_env, mode = "logprob", task = "kv";
+  std::string api = "completions";
   std::string render = "auto", task_config, padding = "prefix", out;
   int modulus = 24, examples = 50, stride = 0, concurrency = 8, retries = 5, top_n = 20;
   int64_t max_total_retries = 2000, max_context = 0;
@@ -113,6 +116,7 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
   o.retry_base_delay_s = a.retry_base_s;
   o.api_key_env = a.api_key_env;
   o.mode = score_mode_from_string(a.mode);
+  o.api = api_from_string(a.api);
   o.top_n = a.top_n;
   o.defeat_prefix_cache = !a.keep_prefix_cache;
   o.max_context = a.max_context;
@@ -130,6 +134,10 @@ void validate(const AuditArgs& a) {
   if (a.render != "auto" && a.render != "ids" && a.render != "text")
     throw Error("--render: '" + a.render + "' (allowed: auto, ids, text)");
   if (a.out.empty()) throw Error("--out: no output directory");
+  api_from_string(a.api);
+  if (a.api == "chat" && a.render == "text")
+    throw Error("--api chat audits phasekv-served models (--render ids) only for now: a real "
+                "tokenizer's chat template needs the text rendering to count templated tokens");
   validate_sla(a.sla, a.bootstrap);
 }
 
@@ -142,6 +150,20 @@ std::optional<TaskConfig> served_task(const AuditArgs& a, const HttpBackend& b) 
       card["phasekv"]["task"].is_object())
     return task_config_from_json(card["phasekv"]["task"], "/v1/models phasekv.task");
   return std::nullopt;
+}
+
+// Records carry no API, so a chat audit resumed into a completions audit's directory (or the
+// reverse) would mix two measurements in one summary; audit.json says which one a directory holds.
+void check_same_api(const AuditArgs& a) {
+  const fs::path file = fs::path(a.out) / "audit.json";
+  if (!fs::exists(file)) return;
+  const json prior = read_json_file(file.string());
+  const std::string api = prior.contains("backend") && prior["backend"].contains("api")
+                              ? prior["backend"]["api"].get<std::string>()
+                              : "completions";
+  if (api != a.api)
+    throw Error("--out " + a.out + " holds a " + api + " audit (audit.json); a --api " + a.api +
+                " audit needs its own --out");
 }
 
 void write_audit_json(const std::string& out, json audit) {
@@ -268,6 +290,7 @@ PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json audit) {
 
 void run_audit(const AuditArgs& a) {
   validate(a);
+  check_same_api(a);
   const auto started = std::chrono::steady_clock::now();
   auto http = HttpBackend::open(backend_options(a));
   const json described = http->describe();
@@ -281,6 +304,9 @@ void run_audit(const AuditArgs& a) {
       {"seed", a.seed},       {"padding", a.padding}};
   const auto task = served_task(a, *http);
   const bool ids = a.render == "ids" || (a.render == "auto" && task);
+  if (a.api == "chat" && !ids)
+    throw Error("--api chat: the server publishes no phasekv task (chat audits of real "
+                "tokenizers are not supported yet); give --task-config FILE for a phasekv model");
   if (ids && !task)
     throw Error("--render ids: the server publishes no phasekv task; give --task-config FILE");
   const PhaseSummary summary =
@@ -318,6 +344,9 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--api-key-env", a->api_key_env,
                   "environment variable holding the API key (the key is never logged)");
   cmd->add_option("--mode", a->mode, "logprob|generate");
+  cmd->add_option("--api", a->api,
+                  "completions|chat: score through /v1/completions (token ids) or "
+                  "/v1/chat/completions (messages through the server's chat template)");
   cmd->add_option("--task", a->task, "kv|passkey|lookup: the served task (passkey also on a kv model)");
   cmd->add_option("--render", a->render,
                   "auto|ids|text: ids for phasekv synthetic models, text for real tokenizers");
