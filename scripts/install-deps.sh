@@ -24,12 +24,25 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# Node and npm for tests/openai (the official OpenAI client drives `phasekv serve`). Debian's
+# packages only when the commands are missing: a NodeSource nodejs ships its own npm, and
+# Debian's npm package conflicts with it.
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-SUDO=""
-[ "$(id -u)" -ne 0 ] && SUDO="sudo"
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# The `openai` npm package (v4, pinned by tests/openai/package-lock.json) into the git-ignored
+# tests/openai/node_modules, from the npm registry.
+openai_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/openai"
+if [ ! -f "$openai_dir/node_modules/openai/package.json" ]; then
+  echo "install-deps: npm ci in tests/openai (the openai client for the OpenAIClient test)"
+  (cd "$openai_dir" && npm ci --no-audit --no-fund)
+fi
