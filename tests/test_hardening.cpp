@@ -1,5 +1,6 @@
 // Regression tests for the red-team findings of issue 20 (hostile configs, flags and runs): a
-// port already in use, unbounded thread counts, integers that wrap, training output safety.
+// port already in use, unbounded sizes and thread counts, integers that wrap, training output
+// safety, errors that name nothing, and smaller ones.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "config/model_config.h"
+#include "model/model_dir.h"
 #include "test_util.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -84,6 +86,9 @@ fs::path tiny_model(const fs::path& dir) {
   return m;
 }
 
+// A sweep needs a trained model's task.json: the bundled kv-chunked (stride 4).
+fs::path kv_chunked() { return fs::path(PHASEKV_SOURCE_DIR) / "models" / "kv-chunked"; }
+
 // ---- item 2: a port in use ----------------------------------------------------------------
 
 // httplib's default SO_REUSEPORT let a second server bind a listening port and the kernel split
@@ -101,6 +106,69 @@ TEST(HardeningServe, SecondServerOnAPortInUseFails) {
   EXPECT_TRUE(has(second.err, "address in use")) << second.err;
   EXPECT_TRUE(has(second.err, ":" + port)) << second.err;
   EXPECT_EQ(first.stop(), 0) << first.log();
+  fs::remove_all(dir);
+}
+
+// ---- item 3: unbounded allocation before validation -----------------------------------------
+
+// The sweep generated 10^9 (example, phase) items (3 GB of RSS) before any error; the limits are
+// now checked before the first item exists.
+TEST(HardeningSizes, AHugePhaseGridIsRefusedBeforeAnyAllocation) {
+  const fs::path dir = test::temp_dir("hard_grid");
+  const std::string base = "--model " + kv_chunked().string() +
+                           " --task kv --padding prefix --threads 1 --out " + (dir / "s").string();
+  struct Case {
+    std::string flags, message;
+  };
+  const std::vector<Case> cases = {
+      {"--examples 1 --modulus 1000000000", "--modulus is 1000000000 (allowed: 1..4096"},
+      {"--examples 1000000000 --modulus 8", "--examples is 1000000000 (allowed: 1..100000)"},
+      {"--examples 100000 --modulus 4096", "is 409600000 items (allowed: at most 10000000"},
+  };
+  for (const auto& c : cases) {
+    const CmdResult r = phasekv("sweep " + base + " " + c.flags, dir);
+    EXPECT_EQ(r.status, 2) << c.flags << "\n" << r.err;
+    EXPECT_TRUE(has(r.err, c.message)) << c.flags << "\n" << r.err;
+    EXPECT_FALSE(fs::exists(dir / "s" / "results.jsonl")) << c.flags;
+  }
+  fs::remove_all(dir);
+}
+
+// A config.json with d_ff = 2^21 over the tiny model's weights allocated 2.9 GB before the
+// shape-mismatch error; d_ff = 2^30 ended as "internal tensor error: can't allocate".
+TEST(HardeningSizes, AConfigLargerThanItsWeightsFailsBeforeTheModelIsBuilt) {
+  const fs::path dir = test::temp_dir("hard_dff");
+  const fs::path model = tiny_model(dir);
+  const fs::path cfg = model / "config.json";
+  json j = json::parse(test::slurp(cfg));
+  j["d_ff"] = 1 << 21;
+  write_file_atomic(cfg.string(), j.dump());
+  try {
+    load_model_dir(model.string());
+    ADD_FAILURE() << "d_ff 2^21 loaded";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), cfg.string() + ": its sizes imply at least")) << e.what();
+    EXPECT_TRUE(has(e.what(), "model.safetensors holds")) << e.what();
+  }
+  j["d_ff"] = 1 << 30;
+  write_file_atomic(cfg.string(), j.dump());
+  const CmdResult r = phasekv("logits --model " + model.string() + " --tokens 1,2", dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "allowed: at most 2147483648")) << r.err;
+  EXPECT_FALSE(has(r.err, "internal")) << r.err;
+  fs::remove_all(dir);
+}
+
+TEST(HardeningSizes, ATrainBatchBeyondTheLimitIsRefused) {
+  const fs::path dir = test::temp_dir("hard_batch");
+  const fs::path p = write_toml(dir, toml_with("batch = 1000000000"), "t.toml");
+  try {
+    train_config_from_file(p.string());
+    ADD_FAILURE() << "batch = 1000000000 accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "'batch' is 1000000000 (allowed: 1..4096)")) << e.what();
+  }
+  EXPECT_NO_THROW(train_config_from_file(write_toml(dir, toml_with("batch = 4096"), "t.toml")));
   fs::remove_all(dir);
 }
 
@@ -435,9 +503,6 @@ TEST(HardeningTrain, ACheckpointWithoutChecksumsLoadsWithAWarning) {
 }
 
 // ---- item 11: smaller ones ------------------------------------------------------------------
-
-// A sweep needs a trained model's task.json: the bundled kv-chunked (stride 4).
-fs::path kv_chunked() { return fs::path(PHASEKV_SOURCE_DIR) / "models" / "kv-chunked"; }
 
 std::string sweep_args(const fs::path& model, const fs::path& out, int modulus) {
   return "sweep --model " + model.string() + " --task kv --examples 1 --modulus " +

@@ -1,5 +1,7 @@
 #include "config/model_config.h"
 
+#include <fmt/format.h>
+
 #include <fstream>
 #include <set>
 
@@ -159,6 +161,18 @@ void validate(const ModelConfig& c, const std::string& where) {
     if (a.tied_kv_gates && a.gate == GateKind::kMean)
       throw Error(w + ": 'tied_kv_gates' needs a learned gate (scalar|vector), not mean");
   }
+  const double n = min_parameter_count(c);
+  if (n > kMaxParameters)
+    throw Error(fmt::format(
+        "{}: vocab_size, d_model, n_layers, n_heads x head_dim and d_ff imply at least {:.3g} "
+        "parameters (allowed: at most {:.0f})",
+        where, n, kMaxParameters));
+}
+
+double min_parameter_count(const ModelConfig& c) {
+  const double d = c.d_model, vocab = c.vocab_size, qo = 2.0 * d * c.n_heads * c.head_dim;
+  const double mlp = 3.0 * d * c.d_ff;
+  return vocab * d * (c.tie_embeddings ? 1 : 2) + c.n_layers * (qo + mlp);
 }
 
 ModelConfig model_config_from_json(const json& j, const std::string& where) {

@@ -70,6 +70,13 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& w
 ModelConfig model_config_from_file(const std::string& path);
 nlohmann::json model_config_to_json(const ModelConfig& c);
 void validate(const ModelConfig& c, const std::string& where);
+// A lower bound on the parameter count of the config's Decoder: the embedding, an untied lm_head,
+// and per layer the query and output projections and the SwiGLU (every kernel variant has them).
+// Checked before anything is allocated: against kMaxParameters by validate(), and against the
+// weights file by load_model_dir, so a config.json with d_ff = 2^21 over small weights fails at
+// once instead of allocating gigabytes before the shape-mismatch error.
+double min_parameter_count(const ModelConfig& c);
+constexpr double kMaxParameters = 2147483648.0;  // 2^31: 8 GiB of f32, far beyond a CPU model
 
 std::string to_string(AttentionKind k);
 std::string to_string(GateKind g);

@@ -28,11 +28,7 @@ std::string meta_string(const json& j, const char* key) {
 }
 
 void validate_options(const SweepOptions& o) {
-  if (o.examples < 1)
-    throw Error("--examples is " + std::to_string(o.examples) + " (allowed: >= 1)");
-  if (o.modulus < 1)
-    throw Error("--modulus is " + std::to_string(o.modulus) +
-                " (allowed: >= 1; a multiple of the stride, e.g. 8 for S = 4)");
+  check_phase_grid(o.examples, o.modulus, "--examples", "--modulus");
   if (o.batch < 1) throw Error("--batch is " + std::to_string(o.batch) + " (allowed: >= 1)");
   if (o.stride < 0)
     throw Error("--stride is " + std::to_string(o.stride) + " (allowed: >= 1, or 0 = the model's)");
@@ -175,6 +171,19 @@ json build_meta(const SweepOptions& o, const json& described, const EvalRecord& 
 }
 
 }  // namespace
+
+void check_phase_grid(int examples, int modulus, const std::string& examples_key,
+                      const std::string& modulus_key) {
+  if (examples < 1 || examples > kMaxExamples)
+    throw Error(fmt::format("{} is {} (allowed: 1..{})", examples_key, examples, kMaxExamples));
+  if (modulus < 1 || modulus > kMaxModulus)
+    throw Error(fmt::format("{} is {} (allowed: 1..{}; a multiple of the stride, e.g. 8 for S = 4)",
+                            modulus_key, modulus, kMaxModulus));
+  const int64_t items = static_cast<int64_t>(examples) * modulus;
+  if (items > kMaxItems)
+    throw Error(fmt::format("{} x {} is {} items (allowed: at most {}; split the sweep)",
+                            examples_key, modulus_key, items, kMaxItems));
+}
 
 // ---------------------------------------------------------------------------------------------
 // The sweep as an evaluation mode: items in condition, then example order, so that a batch

@@ -21,6 +21,16 @@
 
 namespace phasekv {
 
+// The largest phase grid a sweep, an audit or a suite accepts. Every (example, phase) item is
+// generated before the first is scored, so an unbounded --modulus (1e9) reached gigabytes of
+// memory before any error; real weak-spot periods are strides of a few to a few hundred tokens.
+constexpr int kMaxModulus = 4096;
+constexpr int kMaxExamples = 100000;
+constexpr int64_t kMaxItems = 10'000'000;  // examples x modulus
+// Throws phasekv::Error naming `examples_key` / `modulus_key` (a flag or a file key) and the limit.
+void check_phase_grid(int examples, int modulus, const std::string& examples_key,
+                      const std::string& modulus_key);
+
 struct SweepOptions {
   TaskConfig task;
   int examples = 100;  // logical example ids [0, examples)

@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "io/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -31,15 +33,28 @@ Decoder load_model_dir(const std::string& dir) {
   if (!fs::exists(cfg_path)) throw Error("model directory " + dir + " has no config.json");
   if (!fs::exists(w_path)) throw Error("model directory " + dir + " has no model.safetensors");
   auto cfg = model_config_from_file(cfg_path);
+  const SafetensorsFile file = load_safetensors(w_path);
+  // Before the Decoder allocates: a config far larger than the weights is an error now.
+  double held = 0;
+  for (const auto& item : file.tensors) held += static_cast<double>(item.second.numel());
+  const double implied = min_parameter_count(cfg);
+  if (implied > held)
+    throw Error(fmt::format(
+        "{}: its sizes imply at least {:.0f} parameters but {} holds {:.0f} (the config does not "
+        "describe these weights)",
+        cfg_path, implied, w_path, held));
   Decoder model(cfg);
-  load_weights(model, w_path);
+  copy_weights(model, file, w_path);
   model->eval();
   return model;
 }
 
 void load_weights(Decoder& model, const std::string& w_path) {
   if (!std::filesystem::exists(w_path)) throw Error(w_path + " does not exist");
-  auto file = load_safetensors(w_path);
+  copy_weights(model, load_safetensors(w_path), w_path);
+}
+
+void copy_weights(Decoder& model, const SafetensorsFile& file, const std::string& w_path) {
   std::set<std::string> expected;
   torch::NoGradGuard no_grad;
   for (auto& item : model->named_parameters()) {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "config/model_config.h"
+#include "io/safetensors.h"
 #include "model/decoder.h"
 
 namespace phasekv {
@@ -16,6 +17,8 @@ Decoder load_model_dir(const std::string& dir);
 // misshapen tensor throws phasekv::Error naming the file). load_model_dir uses it; so do analyses
 // of training checkpoints (checkpoint/model.safetensors has no config.json of its own).
 void load_weights(Decoder& model, const std::string& safetensors_path);
+// load_weights on a file already read; `label` names it in errors.
+void copy_weights(Decoder& model, const SafetensorsFile& file, const std::string& label);
 // A short stable identifier of a config (hex of a hash of its canonical JSON).
 std::string config_hash(const ModelConfig& cfg);
 

@@ -4,6 +4,7 @@
 #include <regex>
 #include <set>
 
+#include "eval/sweep.h"
 #include "train/train_config.h"
 #include "util/error.h"
 #include "util/json_read.h"
@@ -52,10 +53,7 @@ void read_suite_section(const json& j, Suite& s, const std::string& where) {
       s.depths.push_back(d.get<double>());
     }
   }
-  if (s.modulus < 1 || s.modulus > 4096)
-    throw Error(where + ": 'modulus' is " + std::to_string(s.modulus) + " (allowed: 1..4096)");
-  if (s.examples < 1 || s.examples > 100000)
-    throw Error(where + ": 'examples' is " + std::to_string(s.examples) + " (allowed: 1..100000)");
+  check_phase_grid(s.examples, s.modulus, where + ": 'examples'", where + ": 'modulus'");
   if (s.paddings.empty()) throw Error(where + ": 'paddings' is empty");
 }
 

@@ -48,6 +48,8 @@ struct TrainOptions {
   int checkpoint_every = 500;
 };
 
+constexpr int kMaxTrainBatch = 4096;  // sequences per step (the study trained with 128)
+
 struct TrainConfig {
   ModelConfig model;
   TaskConfig task;
