@@ -71,7 +71,8 @@ inline Reply post(int port, const std::string& path, const std::string& body) {
   return r;
 }
 
-inline void expect_error(const Reply& r, int status, const std::string& param, const std::string& part) {
+inline void expect_error(const Reply& r, int status, const std::string& param,
+                         const std::string& part) {
   EXPECT_EQ(r.status, status) << r.body.dump();
   ASSERT_TRUE(r.body.is_object() && r.body.contains("error")) << r.body.dump();
   const nlohmann::json& e = r.body["error"];

@@ -72,7 +72,7 @@ TEST_F(ChatTest, MessagesRenderIntoTheTaskTokensAndAnswerLikeCompletions) {
                          {{"role", "user"},
                           {"content", json::array({{{"type", "text"}, {"text", "k2 v3"}},
                                                    {{"type", "text"}, {"text", "<q> k2"}}})}}};
-  const std::vector<int32_t> ids = {TaskVocab::kBos, kVocab.filler(1), kVocab.key(2),
+  const std::vector<int32_t> ids = {TaskVocab::kBos, kVocab.filler(1),  kVocab.key(2),
                                     kVocab.value(3), TaskVocab::kQuery, kVocab.key(2)};
   Reply t = post(port, "/tokenize", json({{"messages", messages}}).dump());
   ASSERT_EQ(t.status, 200) << t.body.dump();
@@ -113,9 +113,8 @@ TEST_F(ChatTest, MessagesRenderIntoTheTaskTokensAndAnswerLikeCompletions) {
     EXPECT_GE(top[0]["logprob"].get<double>(), top[1]["logprob"].get<double>());
     EXPECT_GE(top[1]["logprob"].get<double>(), top[2]["logprob"].get<double>());
   }
-  EXPECT_EQ(chat.body["usage"], json({{"prompt_tokens", 6},
-                                      {"completion_tokens", 3},
-                                      {"total_tokens", 9}}));
+  EXPECT_EQ(chat.body["usage"],
+            json({{"prompt_tokens", 6}, {"completion_tokens", 3}, {"total_tokens", 9}}));
 
   httplib::Client c("127.0.0.1", port);
   auto models = c.Get("/v1/models");
@@ -128,8 +127,11 @@ TEST_F(ChatTest, MessagesRenderIntoTheTaskTokensAndAnswerLikeCompletions) {
 TEST_F(ChatTest, StreamedChunksEqualTheWholeAnswer) {
   const int port = served_->port();
   for (const bool echo : {false, true}) {
-    json body = {{"prompt", "f1 k2 v3 <q> k2"}, {"max_tokens", 5}, {"temperature", 0},
-                 {"logprobs", 2},               {"echo", echo}};
+    json body = {{"prompt", "f1 k2 v3 <q> k2"},
+                 {"max_tokens", 5},
+                 {"temperature", 0},
+                 {"logprobs", 2},
+                 {"echo", echo}};
     const Reply whole = post(port, "/v1/completions", body.dump());
     ASSERT_EQ(whole.status, 200) << whole.body.dump();
     body["stream"] = true;
@@ -196,13 +198,14 @@ TEST_F(ChatTest, ChatRequestsAreValidatedLikeCompletions) {
                "messages", "messages[0].role");
   expect_error(post(port, p, R"({"messages": [{"role": "user", "content": "k1 hello"}]})"), 400,
                "messages", "hello");
-  expect_error(post(port, p,
-                    R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"),
-               400, "messages", "messages[0].content[0]");
+  expect_error(
+      post(port, p, R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})"), 400,
+      "messages", "messages[0].content[0]");
   expect_error(post(port, p, R"({"messages": )" + user + R"(, "top_logprobs": 2})"), 400,
                "top_logprobs", "needs 'logprobs': true");
-  expect_error(post(port, p, R"({"messages": )" + user + R"(, "logprobs": true, "top_logprobs": 21})"),
-               400, "top_logprobs", "0..20");
+  expect_error(
+      post(port, p, R"({"messages": )" + user + R"(, "logprobs": true, "top_logprobs": 21})"), 400,
+      "top_logprobs", "0..20");
   expect_error(post(port, p, R"({"messages": )" + user + R"(, "stream_options": {}})"), 400,
                "stream_options", "stream");
   expect_error(post(port, p, R"({"messages": )" + user + R"(, "n": 2})"), 400, "n", "1..1");
@@ -217,20 +220,21 @@ TEST_F(ChatTest, ChatRequestsAreValidatedLikeCompletions) {
   expect_error(post(port, "/tokenize", R"({"prompt": "k1", "messages": )" + user + "}"), 400,
                "messages", "not both");
   // Unknown fields are ignored, as on /v1/completions (OpenAI clients send many).
-  EXPECT_EQ(post(port, p, R"({"messages": )" + user + R"(, "frequency_penalty": 0, "user": "u"})")
-                .status,
-            200);
+  EXPECT_EQ(
+      post(port, p, R"({"messages": )" + user + R"(, "frequency_penalty": 0, "user": "u"})").status,
+      200);
 }
 
 // A client that reads one chunk and closes the connection stops the generation: the model
 // produces far fewer than the 400 tokens asked for.
 TEST_F(ChatTest, ClientDisconnectStopsTheStream) {
   const int64_t before = served_->server().tokens_generated();
-  const std::string body = json({{"prompt", "f1 k2 v3 <q> k2"}, {"max_tokens", 400},
-                                 {"stream", true}}).dump();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                              "application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string body =
+      json({{"prompt", "f1 k2 v3 <q> k2"}, {"max_tokens", 400}, {"stream", true}}).dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -255,9 +259,9 @@ TEST_F(ChatTest, ClientDisconnectStopsTheStream) {
   }
   EXPECT_LT(now - before, 400) << "the stream ran to the end after the client left";
   // The server still answers.
-  EXPECT_EQ(post(served_->port(), "/v1/completions", R"({"prompt": [1, 5], "max_tokens": 1})")
-                .status,
-            200);
+  EXPECT_EQ(
+      post(served_->port(), "/v1/completions", R"({"prompt": [1, 5], "max_tokens": 1})").status,
+      200);
 }
 
 TEST_F(ChatTest, HttpBackendScoresThroughChatLikeThroughCompletions) {

@@ -43,7 +43,7 @@ struct HttpBackendOptions {
   std::string api_key_env;           // name of the environment variable holding the key; "" = none
   ScoreMode mode = ScoreMode::kLogprob;
   ApiKind api = ApiKind::kCompletions;  // chat: vllm dialect only (vLLM, phasekv serve)
-  int top_n = 20;  // vLLM logprobs / llama.cpp n_probs
+  int top_n = 20;                       // vLLM logprobs / llama.cpp n_probs
   bool defeat_prefix_cache = true;
   int64_t max_context = 0;  // > 0 overrides what the server reports
 };

@@ -26,16 +26,18 @@ std::string content_text(const json& m, const std::string& where) {
   if (it == m.end() || it->is_null()) return "";
   if (it->is_string()) return it->get<std::string>();
   if (!it->is_array())
-    bad("messages", where + ".content must be a string or a list of text parts, not " +
-                        type_name(*it));
+    bad("messages",
+        where + ".content must be a string or a list of text parts, not " + type_name(*it));
   std::string text;
   for (size_t j = 0; j < it->size(); ++j) {
     const json& part = (*it)[j];
     const std::string at = where + ".content[" + std::to_string(j) + "]";
     if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") ||
         !part["text"].is_string())
-      bad("messages", at + " must be {\"type\": \"text\", \"text\": \"...\"} (this model reads "
-                           "text only), not " + part.dump());
+      bad("messages", at +
+                          " must be {\"type\": \"text\", \"text\": \"...\"} (this model reads "
+                          "text only), not " +
+                          part.dump());
     text += " " + part["text"].get<std::string>();
   }
   return text;
@@ -60,8 +62,8 @@ std::vector<int32_t> render_chat(const json& body, const ModelLimits& limits, bo
     if (!m.is_object()) bad("messages", where + " must be an object {role, content}");
     const json role = m.value("role", json());
     if (!role.is_string() || !roles.count(role.get<std::string>()))
-      bad("messages", where + ".role is " + role.dump() +
-                          " (allowed: system, developer, user, assistant)");
+      bad("messages",
+          where + ".role is " + role.dump() + " (allowed: system, developer, user, assistant)");
     text += " " + content_text(m, where);
   }
   // One tokenizer for the whole text, so an unknown word is reported as the prompt's; the

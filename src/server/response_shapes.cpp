@@ -125,14 +125,15 @@ json chat_choice(const EngineResult& r, const ChatRequest& req, const ModelLimit
   if (req.logprobs) {
     json content = json::array();
     for (size_t t = 0; t < r.generated.size(); ++t)
-      content.push_back(
-          chat_logprob(r.generated[t], r.completion.at(t), req.top_logprobs, req.tokens_as_ids,
-                       limits));
+      content.push_back(chat_logprob(r.generated[t], r.completion.at(t), req.top_logprobs,
+                                     req.tokens_as_ids, limits));
     logprobs = {{"content", content}};
   }
   json c = {{"index", 0},
-            {"message", {{"role", "assistant"}, {"content", text_of(r.generated, limits)},
-                         {"tool_calls", json::array()}}},
+            {"message",
+             {{"role", "assistant"},
+              {"content", text_of(r.generated, limits)},
+              {"tool_calls", json::array()}}},
             {"logprobs", logprobs},
             {"finish_reason", "length"},
             {"stop_reason", nullptr}};

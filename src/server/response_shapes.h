@@ -22,8 +22,7 @@ std::string response_id(const std::string& prefix);
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 // Sampling parameters of prompt `index` of a request: each prompt gets its own seeded stream
 // (seed + index), so a batch equals separate requests.
-EngineParams engine_params(const SamplingRequest& r, int top_n, bool prompt_logprobs,
-                           size_t index);
+EngineParams engine_params(const SamplingRequest& r, int top_n, bool prompt_logprobs, size_t index);
 // Word-level text of ids, "" without a tokenizer.
 std::string text_of(const std::vector<int32_t>& ids, const ModelLimits& limits);
 

@@ -111,14 +111,13 @@ void CompletionServer::stream_completions(std::shared_ptr<const CompletionReques
         return events.choice(std::move(c));
       };
       try {
-        const EngineParams p = engine_params(*r, logprobs ? *r->logprobs : -1,
-                                             r->echo && logprobs, i);
+        const EngineParams p =
+            engine_params(*r, logprobs ? *r->logprobs : -1, r->echo && logprobs, i);
         const EngineResult out = engine_->run(prompt, p, [&](const EngineResult& so_far) {
           const size_t t = so_far.generated.size() - 1;
           if (t == 0 && r->echo && !send_prompt(so_far)) return false;
           const int32_t id = so_far.generated[t];
-          json c = base(" " + text_of({id}, limits_),
-                        static_cast<int>(t) + 1 == r->max_tokens);
+          json c = base(" " + text_of({id}, limits_), static_cast<int>(t) + 1 == r->max_tokens);
           if (logprobs) {
             const size_t from = lp.size();
             lp.add(id, &so_far.completion.at(t));
@@ -159,9 +158,9 @@ void CompletionServer::stream_chat(std::shared_ptr<const ChatRequest> r, httplib
                   {"finish_reason",
                    static_cast<int>(t) + 1 == r->max_tokens ? json("length") : json(nullptr)}};
         if (r->logprobs)
-          c["logprobs"] = {{"content", json::array({chat_logprob(id, so_far.completion.at(t),
-                                                                 r->top_logprobs,
-                                                                 r->tokens_as_ids, limits_)})}};
+          c["logprobs"] = {
+              {"content", json::array({chat_logprob(id, so_far.completion.at(t), r->top_logprobs,
+                                                    r->tokens_as_ids, limits_)})}};
         if (r->return_token_ids) c["token_ids"] = json::array({id});
         return events.choice(std::move(c));
       });
