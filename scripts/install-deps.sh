@@ -18,6 +18,8 @@ PACKAGES=(
   # The PyTorch-Python reference used by bench/ (numerics and speed comparison).
   python3-torch python3-numpy
   chromium  # headless browser for tests/browser (renders report.html and compare.html)
+  # clang with its libFuzzer and sanitizer runtimes: scripts/fuzz.sh (ASan + UBSan, fuzz/).
+  clang libclang-rt-14-dev
 )
 
 missing=()

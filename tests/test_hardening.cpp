@@ -12,6 +12,7 @@
 #include <string>
 
 #include "config/model_config.h"
+#include "eval/results_file.h"
 #include "model/model_dir.h"
 #include "test_util.h"
 #include "train/train_config.h"
@@ -169,6 +170,33 @@ TEST(HardeningSizes, ATrainBatchBeyondTheLimitIsRefused) {
     EXPECT_TRUE(has(e.what(), "'batch' is 1000000000 (allowed: 1..4096)")) << e.what();
   }
   EXPECT_NO_THROW(train_config_from_file(write_toml(dir, toml_with("batch = 4096"), "t.toml")));
+  fs::remove_all(dir);
+}
+
+// ---- found by fuzzing (fuzz/, scripts/fuzz.sh) ----------------------------------------------
+
+// nlohmann reports a number beyond a double as out_of_range (406), not parse_error: every reader
+// caught only parse_error, so "32e4444444" in task.json escaped as an unexplained exception.
+TEST(HardeningFuzz, ANumberBeyondADoubleIsAnErrorNamingTheFile) {
+  const fs::path dir = test::temp_dir("hard_bignum");
+  const fs::path task = dir / "task.json", cfg = dir / "config.json", res = dir / "results.jsonl";
+  test::write_text(task, R"({"n_records": 32e4444444})");
+  test::write_text(cfg, R"({"d_model": 1e99999})");
+  test::write_text(res, "{\"phase\": 1e99999}\n{}\n");
+  for (const fs::path& p : {task, cfg}) {
+    try {
+      p == task ? (void)read_json_file(p.string()) : (void)model_config_from_file(p.string());
+      ADD_FAILURE() << p << ": no error";
+    } catch (const Error& e) {
+      EXPECT_TRUE(has(e.what(), p.string())) << e.what();
+    }
+  }
+  try {
+    read_results(res.string());
+    ADD_FAILURE() << "results.jsonl: no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), res.string() + " line 1")) << e.what();
+  }
   fs::remove_all(dir);
 }
 

@@ -18,7 +18,11 @@
 
 #include "config/model_config.h"
 #include "eval/stats.h"
+// PHASEKV_BASE_ONLY: the sanitizer build of the torch-free library and its tests (fuzz/), where
+// the libtorch helpers below do not exist.
+#ifndef PHASEKV_BASE_ONLY
 #include "model/decoder.h"
+#endif
 #include "task/tasks.h"
 
 namespace phasekv::test {
@@ -313,6 +317,7 @@ inline std::vector<Variant> all_variants() {
   return v;
 }
 
+#ifndef PHASEKV_BASE_ONLY
 inline Decoder make_model(const ModelConfig& cfg, uint64_t seed,
                           torch::ScalarType dtype = torch::kFloat32) {
   torch::manual_seed(seed);
@@ -331,6 +336,8 @@ inline Decoder make_model(const ModelConfig& cfg, uint64_t seed,
   return m;
 }
 
+#endif  // PHASEKV_BASE_ONLY
+
 // Every example evaluated at every phase, with independent Bernoulli(profile[r]) outcomes.
 inline std::vector<PhaseOutcome> simulate_outcomes(const std::vector<double>& profile,
                                                    int examples, uint64_t seed) {
@@ -345,6 +352,7 @@ inline std::vector<PhaseOutcome> simulate_outcomes(const std::vector<double>& pr
   return out;
 }
 
+#ifndef PHASEKV_BASE_ONLY
 // max |a - b| in f64.
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max().item<double>();
@@ -354,5 +362,7 @@ inline torch::Tensor random_tokens(int64_t T, int64_t vocab, uint64_t seed) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   return torch::randint(vocab, {1, T}, gen, torch::kInt64);
 }
+
+#endif  // PHASEKV_BASE_ONLY
 
 }  // namespace phasekv::test

@@ -107,7 +107,7 @@ Transport::Attempt Transport::attempt(int slot, const std::string& method, const
   try {
     a.body = json::parse(res->body);
     a.ok = true;
-  } catch (const json::parse_error&) {
+  } catch (const json::exception&) {
     // A truncated or garbled body (a proxy cutting the stream) is usually transient.
     ++bad_json_;
     a.retryable = true;

@@ -218,6 +218,8 @@ ModelConfig model_config_from_file(const std::string& path) {
     j = json::parse(in);
   } catch (const json::parse_error& e) {
     throw Error(path + ": invalid JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+  } catch (const json::exception& e) {  // a number beyond a double is out_of_range, not parse_error
+    throw Error(path + ": invalid JSON: " + e.what());
   }
   return model_config_from_json(j, path);
 }

@@ -109,7 +109,7 @@ ResultsFile read_results(const std::string& path) {
     json j;
     try {
       j = json::parse(lines[i]);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       // Records are appended whole and flushed; only an interrupted append leaves a broken line,
       // and only as the last one.
       if (i + 1 == last) {

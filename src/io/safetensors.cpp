@@ -237,6 +237,8 @@ SafetensorsFile load_safetensors(const std::string& path) {
     const uint64_t at = kLengthPrefix + (e.byte > 0 ? e.byte - 1 : 0);
     throw Error(path + ": header is not valid JSON at file byte " + std::to_string(at) + ": " +
                 e.what());
+  } catch (const json::exception& e) {  // a number beyond a double is out_of_range
+    throw Error(path + ": header is not valid JSON: " + e.what());
   }
   if (!header.is_object()) throw Error(path + ": header must be a JSON object");
 

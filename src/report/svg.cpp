@@ -444,8 +444,11 @@ std::string line_svg(const LineChart& c) {
     longest = std::max(longest, s.label.size());
   }
   if (!(xmax >= xmin)) xmin = xmax = ymin = ymax = 0.0;  // no points at all
-  const auto [x0, x1] = axis_range(c.x_lo, c.x_hi, xmin, xmax);
-  const auto [y0, y1] = axis_range(c.y_lo, c.y_hi, ymin, ymax);
+  // Plain doubles, not structured bindings: clang 14 (the sanitizer build) cannot capture those
+  // in the lambdas below.
+  const std::pair<double, double> xr = axis_range(c.x_lo, c.x_hi, xmin, xmax);
+  const std::pair<double, double> yr = axis_range(c.y_lo, c.y_hi, ymin, ymax);
+  const double x0 = xr.first, x1 = xr.second, y0 = yr.first, y1 = yr.second;
   Frame f;
   f.right = 48 + 7.6 * static_cast<double>(std::min(longest, kLegendChars));
   f.width += f.right - 24;

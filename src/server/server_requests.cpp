@@ -113,7 +113,7 @@ json parse_body(const std::string& body) {
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     bad("", std::string("the request body is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad("", "the request body must be a JSON object, not " + type_name(j));

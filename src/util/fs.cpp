@@ -66,7 +66,7 @@ nlohmann::json read_json_file(const std::string& path) {
   const std::string text = read_file(path);
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // not only parse_error: 1e99999 is out_of_range
     throw Error(path + ": not valid JSON (" + e.what() + ")");
   }
 }
