@@ -10,12 +10,38 @@
 # Ends with the markdown tables of docs/MITIGATIONS.md, read from the summary.json files.
 # Usage: bash scripts/mitigations.sh [OUT]   (default runs/mitigations; a rerun resumes the sweeps)
 #        BUILD=0 skips the build (when build/ is current).
+#
+# Second mode, issue 19's comparison on the reproduction suite's reference geometry:
+#        bash scripts/mitigations.sh study [SUITE_DIR] [OUT]
+# (defaults runs/repro/study and runs/mitigations-study). `phasekv mitigations commands` lists
+# the inference sweeps still missing (ensemble 2, 4, 8 and recent copy on the suite's W8S8 under
+# every padding with the suite's modulus, examples and seed; REPEATS timing rounds; the same
+# settings on W8S8's other seeds), each at --threads 1; they run one after another (a finished
+# sweep is not listed again, an interrupted one resumes). Then `phasekv mitigations report`
+# rewrites docs/MITIGATIONS.md's generated section and docs/mitigations/pareto.svg from the
+# suite's runs and these sweeps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/mitigations}
 EXAMPLES=${EXAMPLES:-100}
 REPEATS=${REPEATS:-3}
 [ "${BUILD:-1}" = 0 ] || bash scripts/build.sh
+
+if [ "${1:-}" = study ]; then
+  SUITE=${2:-runs/repro/study}
+  STUDY_OUT=${3:-runs/mitigations-study}
+  missing=$(build/phasekv mitigations commands --suite "$SUITE" --inference "$STUDY_OUT" \
+    --repeats "$REPEATS")
+  while IFS= read -r cmd; do
+    [ -n "$cmd" ] || continue
+    echo "== ${cmd##* --out }"
+    eval "$cmd" | tail -n 1
+  done <<< "$missing"
+  build/phasekv mitigations report --suite "$SUITE" --inference "$STUDY_OUT" \
+    --out docs/MITIGATIONS.md --svg docs/mitigations/pareto.svg
+  exit 0
+fi
+
 MODELS=(lookup-chunked lookup-full)
 SETTINGS=(baseline ensemble2 ensemble4 ensemble8 recent-copy)
 

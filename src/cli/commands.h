@@ -19,6 +19,8 @@ void register_repro(CLI::App& app);
 // knockout, gates, gate-cycle and `explain report` (cmd_explain.cpp).
 void register_explain(CLI::App& app);
 void register_theory(CLI::App& app);
+// `mitigations report` and `mitigations commands` (cmd_mitigations.cpp).
+void register_mitigations(CLI::App& app);
 
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
 void set_threads(int n);

@@ -127,6 +127,36 @@ struct LineChart {
 };
 std::string line_svg(const LineChart& c);
 
+// A scatter chart (the Pareto chart of `phasekv mitigations report`): one marker per point, its
+// area proportional to `area` (a marker of area 1 has radius `unit_radius` px), a short label
+// beside it, a colour per group named in the legend, optional shaded regions; x on a log scale
+// when `log_x` (ticks 1, 2, 5 x 10^k). Axis bounds left NaN come from the data. Every marker is
+// a `<circle class="marker">`, so a test can count them. Throws phasekv::Error on a non-positive
+// x with log_x, or a region or legend group that is malformed.
+struct ScatterPoint {
+  double x = 0.0, y = 0.0;
+  double area = 1.0;  // relative marker area (e.g. compute x baseline)
+  int group = 0;      // index into ScatterChart::groups (colour and legend entry)
+  std::string label;  // drawn beside the marker
+  std::string tip;    // tooltip
+  bool ring = false;  // drawn hollow with a heavy outline (e.g. the baseline)
+};
+struct ScatterRegion {
+  double x_lo = NAN, x_hi = NAN, y_lo = NAN, y_hi = NAN;  // NaN: the plot's edge
+  std::string label;
+};
+struct ScatterChart {
+  std::string title, caption, x_label, y_label;
+  bool log_x = false;
+  double x_lo = NAN, x_hi = NAN, y_lo = NAN, y_hi = NAN;
+  double unit_radius = 6.0;
+  std::vector<std::string> groups;  // legend text per group
+  std::vector<ScatterPoint> points;
+  std::vector<ScatterRegion> regions;
+  std::vector<std::string> notes;  // extra legend lines (e.g. what marker size means)
+};
+std::string scatter_svg(const ScatterChart& c);
+
 // Text pieces shared by the renderers (and handy for CLI messages).
 std::string xml_escape(std::string_view text);
 std::string format_p(double p);                    // "0.042", "3.1e-12"

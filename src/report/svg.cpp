@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "report/report.h"
 #include "util/error.h"
@@ -423,6 +425,17 @@ std::string tick_label(double v, double step) {
   return fmt::format("{:.{}f}", v, decimals);
 }
 
+// The plot area's border and the two axis titles (line and scatter charts).
+std::string svg_plot_border(const Frame& f, const std::string& x_label, const std::string& y_label) {
+  return fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
+      "stroke=\"#333333\"/>\n"
+      "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n"
+      "<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
+      f.left, f.top, f.plot_w(), f.plot_h(), f.left + f.plot_w() / 2, f.top + f.plot_h() + 40,
+      xml_escape(x_label), f.left - 44, f.top + f.plot_h() / 2, xml_escape(y_label));
+}
+
 }  // namespace
 
 std::string line_svg(const LineChart& c) {
@@ -473,13 +486,7 @@ std::string line_svg(const LineChart& c) {
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#333333\"/>"
         "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
         px(v), base, base + 4, base + 16, tick_label(v, xs));
-  out += fmt::format(
-      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"none\" "
-      "stroke=\"#333333\"/>\n"
-      "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n"
-      "<text transform=\"translate({:.1f},{:.1f}) rotate(-90)\" text-anchor=\"middle\">{}</text>\n",
-      f.left, f.top, f.plot_w(), f.plot_h(), f.left + f.plot_w() / 2, base + 40,
-      xml_escape(c.x_label), f.left - 44, f.top + f.plot_h() / 2, xml_escape(c.y_label));
+  out += svg_plot_border(f, c.x_label, c.y_label);
   std::string legend = "<g class=\"legend\">\n";
   for (size_t i = 0; i < c.series.size(); ++i) {
     const LineSeries& s = c.series[i];
@@ -513,6 +520,204 @@ std::string line_svg(const LineChart& c) {
         "stroke-width=\"1.5\"{4}/><text x=\"{5:.1f}\" y=\"{6:.1f}\"><title>{7}</title>{8}</text>\n",
         lx, ly, lx + 18, colour, dash, lx + 24, ly + 4, xml_escape(s.label),
         xml_escape(legend_text(s.label)));
+  }
+  return out + legend + "</g>\n</svg>\n";
+}
+
+}  // namespace phasekv
+
+// -------------------------------------------------------------------------------------------------
+// Scatter charts (`phasekv mitigations report`: the Pareto chart of the candidates).
+
+namespace phasekv {
+namespace {
+
+// A linear or log10 axis mapping data to pixels in [p0, p1].
+struct Axis {
+  double lo = 0.0, hi = 1.0;  // data bounds (log10 of them when log)
+  bool log = false;
+  double p0 = 0.0, p1 = 1.0;
+  double operator()(double v) const {
+    const double t = ((log ? std::log10(v) : v) - lo) / (hi - lo);
+    return p0 + std::clamp(t, 0.0, 1.0) * (p1 - p0);
+  }
+  // Tick values: 1, 2, 5 x 10^k on a log axis, nice steps on a linear one.
+  std::vector<double> ticks() const {
+    std::vector<double> out;
+    if (log) {
+      for (int k = static_cast<int>(std::floor(lo)); k <= static_cast<int>(std::ceil(hi)); ++k)
+        for (double m : {1.0, 2.0, 5.0}) {
+          const double v = m * std::pow(10.0, k);
+          if (std::log10(v) >= lo - 1e-9 && std::log10(v) <= hi + 1e-9) out.push_back(v);
+        }
+      return out;
+    }
+    const double step = nice_step(hi - lo, 5);
+    for (double v = std::ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step)
+      out.push_back(std::abs(v) < step * 1e-9 ? 0.0 : v);
+    return out;
+  }
+  std::string label(double v) const {
+    return log ? fmt::format("{:g}", v) : tick_label(v, nice_step(hi - lo, 5));
+  }
+};
+
+// The nearest value 1, 2 or 5 x 10^k at or below v (at or above when up), v > 0.
+double snap_125(double v, bool up) {
+  const double mag = std::pow(10.0, std::floor(std::log10(v)));
+  double best = up ? 10.0 * mag : mag;
+  for (double m : {1.0, 2.0, 5.0}) {
+    if (up && m * mag >= v * (1 - 1e-12)) best = std::min(best, m * mag);
+    if (!up && m * mag <= v * (1 + 1e-12)) best = std::max(best, m * mag);
+  }
+  return best;
+}
+
+// Bounds of one axis: the caller's, or the data's widened by 8 % of the span on each side.
+Axis make_axis(double lo, double hi, bool log, std::vector<double> values) {
+  double dmin = INFINITY, dmax = -INFINITY;
+  for (double v : values) {
+    const double t = log ? std::log10(v) : v;
+    dmin = std::min(dmin, t);
+    dmax = std::max(dmax, t);
+  }
+  if (!(dmax >= dmin)) dmin = dmax = 0.0;
+  const double pad = dmax > dmin ? 0.08 * (dmax - dmin) : 0.3;
+  Axis a;
+  a.log = log;
+  std::tie(a.lo, a.hi) = axis_range(std::isnan(lo) ? dmin - pad : (log ? std::log10(lo) : lo),
+                                    std::isnan(hi) ? dmax + pad : (log ? std::log10(hi) : hi),
+                                    dmin, dmax);
+  // A log axis from data ends on tick values, so that its first and last points can be read.
+  if (log && std::isnan(lo)) a.lo = std::min(a.lo, std::log10(snap_125(std::pow(10.0, a.lo), false)));
+  if (log && std::isnan(hi)) a.hi = std::max(a.hi, std::log10(snap_125(std::pow(10.0, a.hi), true)));
+  return a;
+}
+
+// Label boxes placed so far; a new label moves up or down in steps of a line until it overlaps
+// none (markers sharing an x, such as every 1-KV-head W8/S8 variant, would print on each other).
+struct LabelPlacer {
+  struct Box {
+    double x0, y0, x1, y1;
+  };
+  double top, bottom;  // baselines stay inside the plot
+  std::vector<Box> boxes;
+  double place(double x, double y, size_t chars) {
+    const double w = 6.0 * static_cast<double>(chars), h = 11.0;
+    for (int k = 0; k < 16; ++k) {
+      const double dy = (k % 2 ? -1.0 : 1.0) * h * ((k + 1) / 2);
+      if (y + dy - h + 2 < top || y + dy > bottom) continue;
+      const Box b{x, y + dy - h + 2, x + w, y + dy + 2};
+      bool free = true;
+      for (const Box& o : boxes)
+        free = free && (b.x1 <= o.x0 || b.x0 >= o.x1 || b.y1 <= o.y0 || b.y0 >= o.y1);
+      if (free) {
+        boxes.push_back(b);
+        return y + dy;
+      }
+    }
+    return y;
+  }
+};
+
+}  // namespace
+
+std::string scatter_svg(const ScatterChart& c) {
+  std::vector<double> xs, ys;
+  for (const ScatterPoint& p : c.points) {
+    if (c.log_x && !(p.x > 0))
+      throw Error(fmt::format("scatter_svg: point '{}' has x = {} on a log axis", p.label, p.x));
+    if (p.group < 0 || static_cast<size_t>(p.group) >= c.groups.size())
+      throw Error(fmt::format("scatter_svg: point '{}' has group {} of {}", p.label, p.group,
+                              c.groups.size()));
+    xs.push_back(p.x);
+    ys.push_back(p.y);
+  }
+  size_t longest = 0;
+  for (const auto& g : c.groups) longest = std::max(longest, g.size());
+  for (const auto& n : c.notes) longest = std::max(longest, n.size());
+  Frame f;
+  f.height = 480;
+  f.right = 48 + 7.6 * static_cast<double>(std::min(longest, kLegendChars));
+  f.width += f.right - 24;
+  Axis ax = make_axis(c.x_lo, c.x_hi, c.log_x, xs), ay = make_axis(c.y_lo, c.y_hi, false, ys);
+  ax.p0 = f.left;
+  ax.p1 = f.left + f.plot_w();
+  ay.p0 = f.top + f.plot_h();
+  ay.p1 = f.top;
+  std::string out = svg_open(f, c.title);
+  if (!c.caption.empty())
+    out += fmt::format("<text x=\"{:.1f}\" y=\"42\" fill=\"#555555\" font-size=\"11\">{}</text>\n",
+                       f.left, xml_escape(c.caption));
+  for (const ScatterRegion& r : c.regions) {
+    const double x0 = std::isnan(r.x_lo) ? ax.p0 : ax(r.x_lo), x1 = std::isnan(r.x_hi) ? ax.p1 : ax(r.x_hi);
+    const double y0 = std::isnan(r.y_hi) ? ay.p1 : ay(r.y_hi), y1 = std::isnan(r.y_lo) ? ay.p0 : ay(r.y_lo);
+    if (!(x1 >= x0) || !(y1 >= y0)) throw Error("scatter_svg: region '" + r.label + "' is empty");
+    out += fmt::format(
+        "<rect class=\"region\" x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" "
+        "fill=\"#d9f0d3\" stroke=\"#5aae61\" stroke-dasharray=\"4,3\"/>\n"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" fill=\"#1b7837\" font-size=\"11\">{}</text>\n",
+        x0, y0, x1 - x0, y1 - y0, x0 + 4, y1 - 6, xml_escape(r.label));
+  }
+  for (double v : ay.ticks())
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{2:.1f}\" x2=\"{1:.1f}\" y2=\"{2:.1f}\" stroke=\"#dddddd\"/>\n"
+        "<text x=\"{3:.1f}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>\n",
+        ax.p0, ax.p1, ay(v), f.left - 6, ay(v) + 4, ay.label(v));
+  const double base = ay.p0;
+  for (double v : ax.ticks())
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#dddddd\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
+        ax(v), f.top, base + 4, base + 16, ax.label(v));
+  out += svg_plot_border(f, c.x_label, c.y_label);
+  // Largest markers first, so that a small one on top of a big one stays visible.
+  std::vector<size_t> order(c.points.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return c.points[a].area > c.points[b].area; });
+  auto radius = [&](const ScatterPoint& p) {
+    return std::clamp(c.unit_radius * std::sqrt(std::max(p.area, 0.0)), 2.5, 40.0);
+  };
+  // Labels are placed in the caller's order (the first point keeps its place beside its marker);
+  // one moved off its marker's line gets a leader line back to the marker.
+  LabelPlacer labels{ay.p1 + 2, ay.p0 + 5, {}};
+  std::vector<double> label_y(c.points.size());
+  for (size_t i = 0; i < c.points.size(); ++i) {
+    const ScatterPoint& p = c.points[i];
+    label_y[i] = labels.place(ax(p.x) + radius(p) + 3, ay(p.y) + 3.5, p.label.size());
+  }
+  for (size_t i : order) {
+    const ScatterPoint& p = c.points[i];
+    const char* colour = kPalette[static_cast<size_t>(p.group) % kPaletteSize];
+    const double r = radius(p), x = ax(p.x), y = ay(p.y);
+    out += fmt::format(
+        "<circle class=\"marker\" cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{:.1f}\" fill=\"{}\" "
+        "fill-opacity=\"{}\" stroke=\"{}\" stroke-width=\"{}\"><title>{}</title></circle>\n"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\">{}</text>\n",
+        x, y, r, p.ring ? "#ffffff" : colour, p.ring ? "0" : "0.45", colour, p.ring ? 3 : 1.5,
+        xml_escape(p.tip.empty() ? p.label : p.tip), x + r + 3, label_y[i], xml_escape(p.label));
+    if (std::abs(label_y[i] - (y + 3.5)) > 0.5)
+      out += fmt::format(
+          "<line class=\"leader\" x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" "
+          "stroke=\"#888888\" stroke-width=\"0.7\"/>\n",
+          x + r * 0.7, y + (label_y[i] > y ? r * 0.7 : -r * 0.7), x + r + 2, label_y[i] - 3.5);
+  }
+  std::string legend = "<g class=\"legend\">\n";
+  const double lx = f.left + f.plot_w() + 16;
+  double ly = f.top + 8;
+  for (size_t g = 0; g < c.groups.size(); ++g, ly += 20)
+    legend += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\" fill-opacity=\"0.45\" "
+        "stroke=\"{}\"/><text x=\"{:.1f}\" y=\"{:.1f}\"><title>{}</title>{}</text>\n",
+        lx + 6, ly, kPalette[g % kPaletteSize], kPalette[g % kPaletteSize], lx + 18, ly + 4,
+        xml_escape(c.groups[g]), xml_escape(legend_text(c.groups[g])));
+  for (const auto& n : c.notes) {
+    ly += 4;
+    legend += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" fill=\"#555555\">"
+                          "<title>{}</title>{}</text>\n",
+                          lx, ly + 4, xml_escape(n), xml_escape(legend_text(n)));
+    ly += 16;
   }
   return out + legend + "</g>\n</svg>\n";
 }

@@ -9,9 +9,9 @@
 #include <optional>
 #include <vector>
 
-#include "eval/results_file.h"
 #include "eval/stats.h"
 #include "report/report.h"
+#include "suite/runs.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -20,70 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
-
-struct SweepData {
-  PhaseSummary summary;              // at the suite's modulus
-  std::optional<PhaseSummary> fold;  // folded mod the run's own stride
-  std::optional<ChiSquareTest> interior;  // homogeneity of the interior phases (folded)
-  double shortcut = NAN;
-};
-
-struct RunData {
-  std::string name;
-  json config, study;
-  int stride = 0, width = 0;  // of the first chunked layer; 0: no chunked layer (a control)
-  std::optional<double> train_loss, eval_acc, eval_loss;
-  std::map<std::string, SweepData> sweeps;  // by padding
-  std::map<double, PhaseSummary> depths;
-};
-
-void read_geometry(RunData& r) {
-  for (const auto& l : r.config["model"].value("layers", json::array()))
-    if (l.value("kind", "") == "chunked") {
-      r.stride = l.value("stride", 0);
-      r.width = l.value("width", 0);
-      return;
-    }
-}
-
-void read_train_log(RunData& r, const std::string& path) {
-  if (!fs::exists(path)) return;
-  const std::string text = read_file(path);
-  size_t end = text.find_last_not_of("\n");
-  if (end == std::string::npos) return;
-  const size_t start = text.rfind('\n', end);
-  const json last = json::parse(text.substr(start == std::string::npos ? 0 : start + 1), nullptr,
-                                false);
-  if (last.is_discarded()) return;
-  if (last.contains("loss")) r.train_loss = last["loss"].get<double>();
-  if (last.contains("eval_acc")) r.eval_acc = last["eval_acc"].get<double>();
-  if (last.contains("eval_loss")) r.eval_loss = last["eval_loss"].get<double>();
-}
-
-std::optional<SweepData> read_sweep(const RunData& r, const std::string& dir) {
-  if (!fs::exists(dir + "/summary.json")) return std::nullopt;
-  const json file = read_json_file(dir + "/summary.json");
-  SweepData d;
-  d.summary = PhaseSummary::from_json(file);
-  if (file.contains("meta") && file["meta"].contains("shortcut_ceiling"))
-    d.shortcut = file["meta"]["shortcut_ceiling"].get<double>();
-  const int S = r.stride;
-  if (S >= 2 && d.summary.modulus % S == 0) {
-    std::vector<PhaseOutcome> folded;
-    std::map<ItemKey, bool> latest;  // success wins over error, as the runner keeps them
-    for (const auto& rec : read_results(dir + "/results.jsonl").records)
-      if (rec.ok()) latest[rec.key()] = rec.correct;
-    for (const auto& [key, correct] : latest)
-      folded.push_back({std::get<1>(key), std::get<2>(key) % S, correct});
-    SummaryOptions opts;
-    opts.bootstrap_reps = 500;
-    opts.permutations = 500;
-    d.fold = summarize(folded, S, S, opts);
-    std::vector<PhaseRow> interior(d.fold->phases.begin(), d.fold->phases.end() - 1);
-    if (interior.size() >= 2) d.interior = chi_square_homogeneity(interior);
-  }
-  return d;
-}
 
 std::string pct(double v) { return std::isfinite(v) ? fmt::format("{:.1f}", 100 * v) : "-"; }
 std::string num(const json& j, const char* key, const char* fmtstr = "{:.1f}") {
@@ -267,37 +203,16 @@ std::vector<Finding> findings(const std::vector<RunData>& runs) {
 }  // namespace
 
 int write_repro_report(const ReproReportOptions& o) {
-  const std::string suite_path = o.suite_dir + "/suite.json";
-  if (!fs::exists(suite_path))
-    throw Error(o.suite_dir + " has no suite.json (give the --out of `phasekv repro`)");
-  const json suite = read_json_file(suite_path);
+  LoadSuiteOptions load;
+  load.fold = true;
+  SuiteResults results = load_suite_results(o.suite_dir, load);
+  const json& suite = results.suite;
+  std::vector<RunData>& runs = results.runs;
   const fs::path md(o.out_md);
   const fs::path fig_dir = md.parent_path() / md.stem().string();
   const std::string fig_rel = md.stem().string();
-  std::vector<RunData> runs;
   int found = 0;
-  for (const auto& jr : suite["runs"]) {
-    RunData r;
-    r.name = jr["name"].get<std::string>();
-    r.config = jr["config"];
-    r.study = jr.value("study", json::object());
-    read_geometry(r);
-    const std::string dir = o.suite_dir + "/" + r.name;
-    read_train_log(r, dir + "/model/train_log.jsonl");
-    for (const auto& p : suite["paddings"]) {
-      auto d = read_sweep(r, dir + "/sweep-" + p.get<std::string>());
-      if (d) {
-        r.sweeps[p.get<std::string>()] = std::move(*d);
-        ++found;
-      }
-    }
-    for (const auto& depth : suite["depths"]) {
-      const std::string ddir = dir + fmt::format("/depth-{:g}", depth.get<double>());
-      if (fs::exists(ddir + "/summary.json"))
-        r.depths[depth.get<double>()] = PhaseSummary::from_json(read_json_file(ddir + "/summary.json"));
-    }
-    runs.push_back(std::move(r));
-  }
+  for (const auto& r : runs) found += static_cast<int>(r.sweeps.size());
 
   const int M = suite["modulus"].get<int>();
   const auto finished = std::count_if(runs.begin(), runs.end(),

@@ -1,0 +1,339 @@
+// `phasekv mitigations report` (suite/mitigations.h) on a tiny synthetic suite written by the
+// test: the target logic with real figures, the candidates' costs from the engine, training steps
+// from the log, the timing ratio, the generated section spliced into a page, the Pareto chart's
+// one marker per candidate, bad input, and `mitigations commands`.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <regex>
+
+#include "config/model_config.h"
+#include "perf/model_cost.h"
+#include "suite/mitigations.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+constexpr int kM = 8, kExamples = 20;
+
+ModelCost engine_cost(const json& model, const std::string& where) {
+  const ModelConfig m = model_config_from_json(model, where);
+  return {cache_bytes_per_token(m, 4096), cache_bytes_per_token(m, 131072),
+          forward_flops_per_token(m, 4096)};
+}
+
+ModelConfig chunked(int kv) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 8;
+  a.width = 8;
+  a.n_win = 16;
+  ModelConfig m = test::tiny_config(a, kv);
+  m.n_heads = 8;  // room for 8 KV heads
+  return m;
+}
+
+// A sweep whose phase r is right for the first correct(r) of the kExamples examples.
+PhaseSummary summary_of(const std::function<int(int)>& correct) {
+  std::vector<PhaseOutcome> o;
+  for (int e = 0; e < kExamples; ++e)
+    for (int r = 0; r < kM; ++r) o.push_back({e, r, e < correct(r)});
+  SummaryOptions opts;
+  opts.bootstrap_reps = 300;
+  opts.permutations = 200;
+  return summarize(o, kM, 8, opts);
+}
+const auto kFlat = [](int) { return kExamples; };
+// Strong at phases 0 and 7, a quarter right elsewhere: mean (2 + 6 / 4) / 8 = 0.4375.
+const auto kBimodal = [](int r) { return r == 0 || r == 7 ? kExamples : kExamples / 4; };
+// One weak phase at 0.8: gap 20 pp.
+const auto kOneDip = [](int r) { return r == 3 ? kExamples * 4 / 5 : kExamples; };
+
+void write_sweep(const fs::path& dir, const PhaseSummary& s, const std::string& padding,
+                 int ensemble = 1, bool recent = false, double seconds = 1.0, int examples = kExamples) {
+  json j = s.to_json();
+  j["meta"] = {{"config_hash", "abc"},
+               {"records", {{"scoring_seconds", seconds}, {"scored_this_run", 1000}}},
+               {"sweep",
+                {{"modulus", kM}, {"examples", examples}, {"seed", 0}, {"padding", padding},
+                 {"ensemble", ensemble}, {"recent_copy", recent}}}};
+  fs::create_directories(dir);
+  test::write_text(dir / "summary.json", j.dump());
+}
+
+void write_evals(const fs::path& run, const std::vector<std::pair<int, double>>& evals) {
+  std::string log;
+  for (const auto& [step, acc] : evals) log += json{{"step", step}, {"eval_acc", acc}}.dump() + "\n";
+  fs::create_directories(run / "model");
+  test::write_text(run / "model/train_log.jsonl", log + "{\"step\": 99");  // a cut last line
+}
+
+struct TinySuite {
+  fs::path root = test::temp_dir("mitigations_report");
+  fs::path suite = root / "suite", inference = root / "inference";
+  TinySuite() {
+    json runs = json::array();
+    auto run = [&](const std::string& name, const ModelConfig& m, int seed) {
+      runs.push_back({{"name", name},
+                      {"config", {{"model", model_config_to_json(m)},
+                                  {"task", {{"name", "lookup"}}},
+                                  {"train", {{"seed", seed}, {"steps", 1500}}}}}});
+      fs::create_directories(suite / name);
+      test::write_text(suite / name / "train.done", "");
+    };
+    AttentionConfig full;
+    run("W8S8", chunked(1), 0);
+    run("W8S8-seed1", chunked(1), 1);
+    run("W8S8-8kv", chunked(8), 0);
+    run("full-1kv", test::tiny_config(full, 1), 0);
+    fs::create_directories(suite);
+    test::write_text(suite / "suite.json",
+                     json{{"name", "tiny"}, {"modulus", kM}, {"examples", kExamples}, {"seed", 0},
+                          {"paddings", {"prefix", "in_sequence"}}, {"depths", json::array()},
+                          {"path", "tiny.toml"}, {"runs", runs}}
+                         .dump());
+    for (const std::string p : {"prefix", "in_sequence"}) {
+      write_sweep(suite / "W8S8" / ("sweep-" + p), summary_of(kBimodal), p);
+      write_sweep(suite / "W8S8-8kv" / ("sweep-" + p), summary_of(kFlat), p);
+      write_sweep(suite / "full-1kv" / ("sweep-" + p), summary_of(kFlat), p);
+      write_sweep(inference / "W8S8" / p / "ensemble2", summary_of(kBimodal), p, 2);
+      write_sweep(inference / "W8S8" / p / "ensemble4", summary_of(kFlat), p, 4);
+      write_sweep(inference / "W8S8" / p / "recent-copy", summary_of(kOneDip), p, 1, true);
+    }
+    write_sweep(suite / "W8S8-seed1/sweep-prefix", summary_of(kBimodal), "prefix");
+    write_sweep(inference / "W8S8-seed1/prefix/ensemble4", summary_of(kOneDip), "prefix", 4);
+    // ensemble8 never swept: missing. Timing: the fastest of two rounds counts.
+    const double ms[2][3] = {{1.0, 4.0, 1.5}, {1.2, 3.5, 1.5}};  // baseline, ensemble4, recent
+    for (int round = 0; round < 2; ++round) {
+      const fs::path t = inference / "timing" / std::to_string(round + 1);
+      write_sweep(t / "baseline", summary_of(kBimodal), "prefix", 1, false, ms[round][0], 2);
+      write_sweep(t / "ensemble4", summary_of(kFlat), "prefix", 4, false, ms[round][1], 2);
+      write_sweep(t / "recent-copy", summary_of(kOneDip), "prefix", 1, true, ms[round][2], 2);
+    }
+    write_evals(suite / "W8S8", {{500, 0.1}, {1000, 0.4}, {1500, 0.35}});  // final 0.35
+    write_evals(suite / "W8S8-8kv", {{500, 0.5}, {1000, 0.9}});
+    write_evals(suite / "full-1kv", {{500, 0.2}, {1000, 0.3}});
+  }
+  Comparison build() const {
+    return build_comparison(load_suite_results(suite.string()), suite.string(), inference.string(),
+                            engine_cost);
+  }
+};
+
+const Candidate& find(const Comparison& c, const std::string& name) {
+  for (const auto& x : c.candidates)
+    if (x.name == name) return x;
+  throw Error("no candidate " + name);
+}
+
+TEST(MitigationsReport, TargetLogicOnRealFigures) {
+  TinySuite t;
+  const Comparison c = t.build();
+  EXPECT_EQ(c.baseline().name, "W8S8");
+  EXPECT_DOUBLE_EQ(c.baseline().sweeps.at("prefix").mean_acc, 0.4375);
+  EXPECT_EQ(c.seed_runs, std::vector<std::string>{"W8S8-seed1"});
+
+  // Ensembling 4 on the baseline's model: flat, same cache, higher mean: meets the target.
+  const TargetCheck e4 = *judge(c, find(c, "W8S8 + ensemble4"), "prefix");
+  EXPECT_TRUE(e4.met());
+  EXPECT_DOUBLE_EQ(e4.gap_hi_pp, 0.0);
+  EXPECT_DOUBLE_EQ(e4.bytes_x, 1.0);
+  EXPECT_EQ(e4.why(), "");
+  // 8 KV heads: flat and accurate, but 8x the cache bytes (1 head: 8x fewer entries and raw keys).
+  const TargetCheck kv8 = *judge(c, find(c, "W8S8-8kv"), "prefix");
+  EXPECT_TRUE(kv8.gap_ok);
+  EXPECT_TRUE(kv8.mean_ok);
+  EXPECT_FALSE(kv8.bytes_ok);
+  EXPECT_NEAR(kv8.bytes_x, 8.0, 1e-9);
+  EXPECT_EQ(kv8.failed(), 1);
+  EXPECT_EQ(kv8.why(), "8.00x the baseline's cache bytes, more than 1.25x");
+  // The recent copy: mean 0.975 but a 20 pp dip, whose CI upper bound is far above 3 pp.
+  const TargetCheck rc = *judge(c, find(c, "W8S8 + recent-copy"), "prefix");
+  EXPECT_FALSE(rc.gap_ok);
+  EXPECT_TRUE(rc.bytes_ok);
+  EXPECT_DOUBLE_EQ(rc.mean, 0.975);
+  EXPECT_GE(rc.gap_hi_pp, 20.0);
+  // The baseline against itself: the mean ties, the gap fails.
+  const TargetCheck b = *judge(c, c.baseline(), "prefix");
+  EXPECT_TRUE(b.mean_ok);
+  EXPECT_FALSE(b.gap_ok);
+  // Missing figures: no verdict.
+  EXPECT_FALSE(judge(c, find(c, "W8S8 + ensemble8"), "prefix").has_value());
+  EXPECT_EQ(find(c, "W8S8-uniform").missing, "not in the suite file");
+}
+
+TEST(MitigationsReport, CostsStepsAndTimingFromTheRuns) {
+  TinySuite t;
+  const Comparison c = t.build();
+  // Cache bytes from the engine's accounting, the same numbers `phasekv info` prints.
+  const ModelConfig base = chunked(1);
+  EXPECT_DOUBLE_EQ(c.baseline().cost->bytes_4k, cache_bytes_per_token(base, 4096));
+  EXPECT_LT(c.baseline().cost->bytes_128k, c.baseline().cost->bytes_4k);  // the raw window amortises
+  const Candidate& full = find(c, "full-1kv");
+  // Full attention, 1 KV head, 2 layers, head_dim 8, f32: K and V = 2 x 8 x 4 bytes per layer.
+  EXPECT_DOUBLE_EQ(full.cost->bytes_4k, 2 * 2 * 8 * 4);
+  EXPECT_EQ(full.compute_basis, "FLOPs");
+  EXPECT_GT(full.compute_x, 1.0);  // attention over every earlier token at 4K
+  EXPECT_DOUBLE_EQ(c.baseline().compute_x, 1.0);
+  // Timing: fastest ensemble4 round 3.5 ms over the fastest plain round 1.0 ms.
+  EXPECT_EQ(c.timing_repeats, 2);
+  EXPECT_DOUBLE_EQ(find(c, "W8S8 + ensemble4").compute_x, 3.5);
+  EXPECT_EQ(find(c, "W8S8 + ensemble4").compute_basis, "time");
+  EXPECT_TRUE(std::isnan(find(c, "W8S8 + ensemble2").compute_x));  // not timed
+  // Steps to the baseline's final evaluation (0.35), the cut last log line skipped.
+  ASSERT_TRUE(c.baseline_eval_acc.has_value());
+  EXPECT_DOUBLE_EQ(*c.baseline_eval_acc, 0.35);
+  EXPECT_EQ(c.baseline().steps_to_baseline, 1000);
+  EXPECT_EQ(find(c, "W8S8-8kv").steps_to_baseline, 500);
+  EXPECT_TRUE(full.has_log);
+  EXPECT_FALSE(full.steps_to_baseline.has_value());  // never: 0.3 at most
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(MitigationsReport, PageSectionAndParetoChart) {
+  TinySuite t;
+  const fs::path md = t.root / "docs/MITIGATIONS.md", svg = t.root / "docs/mitigations/pareto.svg";
+  fs::create_directories(md.parent_path());
+  test::write_text(md, std::string("# Hand-written\n\nkept above\n\n") + kSectionBegin + "\nold\n" +
+                           kSectionEnd + "\nkept below\n");
+  MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(), svg.string(),
+                             "phasekv mitigations report ...", "test CPU"};
+  const Comparison c = write_mitigations_report(o, engine_cost);
+  const std::string page = test::slurp(md);
+  EXPECT_EQ(page.rfind("# Hand-written\n\nkept above\n\n", 0), 0u) << page;
+  EXPECT_NE(page.find("\nkept below\n"), std::string::npos);
+  EXPECT_EQ(page.find("\nold\n"), std::string::npos);
+  EXPECT_NE(page.find("](mitigations/pareto.svg)"), std::string::npos);
+  // Rows: ensemble4 meets the target; full attention never reached the baseline's eval acc.
+  EXPECT_NE(page.find("| W8S8 + ensemble4 | phase ensembling, K = 4 shifted copies | 1.000 | 1.000 (0)"),
+            std::string::npos) << page;
+  EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| W8S8 \+ ensemble4 \|[^\n]*3\.50 \(time\)[^\n]*\*\*meets\*\* \|)")));
+  EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| full-1kv \|[^\n]*\| never \| no: 7\.99x the baseline's cache bytes)")));
+  EXPECT_NE(page.find("| W8S8-uniform | mean pooling (no learned gates) | missing: not in the suite file"),
+            std::string::npos);
+  EXPECT_NE(page.find("**On the baseline's seed, 1 of 5 candidates with figures meet the target**"), std::string::npos) << page;
+  EXPECT_NE(page.find("The cheapest in compute of them is **W8S8 + ensemble4**"), std::string::npos);
+  EXPECT_NE(page.find("  - W8S8-8kv: 8.00x the baseline's cache bytes, more than 1.25x.\n"),
+            std::string::npos);
+  // Seeds: ensemble4 flat on seed 0, a 20 pp dip on seed 1: the target holds on 1 of 2.
+  EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| ensemble4 \| 1\.000 / 1\.000 / 0\.0 pp \[0\.0, 0\.0\] \| 0\.975 / 0\.800 / 20\.0 pp [^|]*\| 1 of 2 seeds \|)")))
+      << page;
+  EXPECT_TRUE(std::regex_search(
+      page, std::regex(R"(- \*\*On the suite's seeds, no candidate is shown to meet the target\.\*\* The baseline has 2 seeds [^\n]*\(none meets it on that one\)\. Closest across seeds: \*\*W8S8 \+ ensemble4\*\*, which meets it on 1 of 2 seeds; on the others: W8S8-seed1: gap CI upper bound [0-9.]+ pp, not below 3 pp\.\n)")))
+      << page;
+
+  // The chart: one marker per candidate with prefix figures (baseline, 8kv, full-1kv, ensemble2,
+  // ensemble4, recent-copy), the baseline as a ring, the target region, the missing ones named.
+  const std::string chart = test::slurp(svg);
+  int with = 0;
+  for (const auto& x : c.candidates) with += x.sweeps.count("prefix");
+  EXPECT_EQ(with, 6);
+  EXPECT_EQ(count(chart, "<circle class=\"marker\""), with);
+  EXPECT_EQ(count(chart, "fill=\"#ffffff\" fill-opacity=\"0\""), 1);  // the baseline's ring
+  EXPECT_EQ(count(chart, "class=\"region\""), 1);
+  EXPECT_NE(chart.find("missing: W8S8 + ensemble8"), std::string::npos);
+  EXPECT_NE(chart.find("missing: W8S8-uniform"), std::string::npos);
+}
+
+TEST(MitigationsReport, NoCandidateMeetingNamesTheClosest) {
+  TinySuite t;
+  fs::remove_all(t.inference / "W8S8/prefix/ensemble4");
+  const fs::path md = t.root / "page.md";  // a new file: the section alone
+  MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
+                             (t.root / "p.svg").string(), "cmd", ""};
+  write_mitigations_report(o, engine_cost);
+  const std::string page = test::slurp(md);
+  EXPECT_EQ(page.rfind(kSectionBegin, 0), 0u);
+  // 8 KV heads and the recent copy each fail one criterion; 8 KV heads has the narrower gap.
+  EXPECT_NE(page.find("**No candidate meets the target** under prefix padding. Closest: "
+                      "**W8S8-8kv** (8 KV heads), which fails 1 of the three criteria: 8.00x the "
+                      "baseline's cache bytes, more than 1.25x."),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("- Missing, not judged: W8S8 + ensemble4 (no prefix sweep)."),
+            std::string::npos);
+}
+
+TEST(MitigationsReport, BadInputNamesTheFileAndKey) {
+  TinySuite t;
+  // An inference sweep at another modulus compares different items.
+  const fs::path e2 = t.inference / "W8S8/prefix/ensemble2/summary.json";
+  json j = json::parse(test::slurp(e2));
+  j["meta"]["sweep"]["modulus"] = 24;
+  test::write_text(e2, j.dump());
+  try {
+    t.build();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), e2.string() + ": meta.sweep.modulus is 24, expected 8");
+  }
+  // A setting that its directory does not name.
+  j["meta"]["sweep"]["modulus"] = kM;
+  j["meta"]["sweep"]["ensemble"] = 4;
+  test::write_text(e2, j.dump());
+  EXPECT_THROW(
+      {
+        try {
+          t.build();
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("meta.sweep.ensemble is 4, expected 2"),
+                    std::string::npos);
+          throw;
+        }
+      },
+      Error);
+  // A page without the markers is not overwritten.
+  j["meta"]["sweep"]["ensemble"] = 2;
+  test::write_text(e2, j.dump());
+  const fs::path md = t.root / "hand.md";
+  test::write_text(md, "# only hand-written text\n");
+  MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
+                             (t.root / "p.svg").string(), "cmd", ""};
+  try {
+    write_mitigations_report(o, engine_cost);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(md.string() + " has no generated section"), std::string::npos);
+  }
+  EXPECT_EQ(test::slurp(md), "# only hand-written text\n");
+  // No suite.json.
+  EXPECT_THROW(load_suite_results((t.root / "nowhere").string()), Error);
+}
+
+TEST(MitigationsReport, CommandsListOnlyTheMissingSweeps) {
+  TinySuite t;
+  const fs::path log = t.root / "commands.txt";
+  const std::string cmd = std::string(PHASEKV_BINARY) + " mitigations commands --suite " +
+                          t.suite.string() + " --inference " + t.inference.string() +
+                          " --repeats 2 --binary phasekv > " + log.string() + " 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << test::slurp(log);
+  const std::string out = test::slurp(log);
+  // W8S8: ensemble8 under both paddings; timing: ensemble2 and ensemble8 in both rounds;
+  // W8S8-seed1 (prefix only): ensemble2, ensemble8, recent-copy.
+  EXPECT_EQ(count(out, "\n"), 2 + 4 + 3) << out;
+  EXPECT_NE(out.find("phasekv sweep --model " + t.suite.string() +
+                     "/W8S8/model --task lookup --examples 20 --modulus 8 --padding prefix --seed 0 "
+                     "--threads 1 --ensemble 8 --out " + t.inference.string() + "/W8S8/prefix/ensemble8\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("--examples 20 --modulus 8 --padding prefix --seed 0 --threads 1 --ensemble 2 "
+                     "--bootstrap-reps 0 --permutations 0 --out " + t.inference.string() + "/timing/2/ensemble2"),
+            std::string::npos);
+  EXPECT_EQ(out.find("ensemble4"), std::string::npos);  // swept everywhere it is needed
+  EXPECT_EQ(out.find("in_sequence/recent-copy"), std::string::npos);
+  EXPECT_EQ(out.find("W8S8-seed1/in_sequence"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace phasekv
