@@ -3,6 +3,7 @@
 // fault-injecting server (drops, 429, 500, malformed JSON, slow answers), the server's request
 // validation, the dialect parsers on canned responses and the text rendering of the task.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <httplib.h>
 #include <unistd.h>
 
@@ -641,10 +642,21 @@ TEST(FaultInjection, TextAuditCompletesKeepsRecordsAndFindsThePlantedPeriod) {
   const auto first = read_results((out / "results.jsonl").string()).records;
   ASSERT_EQ(first.size(), 48u) << read_file((out / "log.txt").string());
   for (const auto& r : first) EXPECT_FALSE(r.error.empty());
+  // Only requests whose answer is example 0's value fail: every phase has successes, the audit
+  // finishes and writes its files, and says so with exit status 5 (kAuditErrorsExit).
+  server.poison = first.front().target;
+  const int partial = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(partial));
+  EXPECT_EQ(WEXITSTATUS(partial), 5) << read_file((out / "log.txt").string());
+  EXPECT_NE(read_file((out / "log.txt").string()).find("items ended as errors"), std::string::npos);
+  const int64_t errors =
+      json::parse(read_file((out / "audit.json").string()))["records"]["errors"].get<int64_t>();
+  EXPECT_GT(errors, 0);
+  EXPECT_LT(errors, 48);
   server.poison = -1;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file((out / "log.txt").string());
   const auto second = read_results((out / "results.jsonl").string()).records;
-  EXPECT_EQ(second.size(), 96u);  // the failed ones once more, now scored
+  EXPECT_EQ(second.size(), 96u + static_cast<size_t>(errors));  // each failure once more, scored
   const json audit = json::parse(read_file((out / "audit.json").string()));
   EXPECT_EQ(audit["render"], "text");
   EXPECT_EQ(audit["records"]["errors"], 0);

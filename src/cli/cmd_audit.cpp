@@ -124,8 +124,8 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
 }
 
 void validate(const AuditArgs& a) {
-  if (a.examples < 1) throw Error("--examples must be >= 1");
   if (a.modulus < 2) throw Error("--modulus must be >= 2 (phases 0..M-1)");
+  check_phase_grid(a.examples, a.modulus, "--examples", "--modulus");  // before any allocation
   if (a.stride < 0 || (a.stride > 0 && a.modulus % a.stride != 0))
     throw Error(fmt::format("--stride {} must divide --modulus {} (or be 0 = unknown)", a.stride,
                             a.modulus));
@@ -173,7 +173,7 @@ void write_audit_json(const std::string& out, json audit) {
 // ---------------------------------------------------------------------------------------------
 // ids: the synthetic task through run_sweep.
 
-PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, json audit) {
+PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, json& audit) {
   // The served task as published, or passkey posed to a kv model (its settings, one needle).
   if (a.task != to_string(task.kind)) {
     if (a.task != "passkey" || task.kind != TaskKind::kKv)
@@ -221,7 +221,7 @@ PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, j
 // ---------------------------------------------------------------------------------------------
 // text: real tokenizers.
 
-PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json audit) {
+PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   if (a.task != "kv") throw Error("--task passkey needs a phasekv-served model (render ids)");
   TextTaskOptions to;
   to.records = a.records;
@@ -318,6 +318,16 @@ void run_audit(const AuditArgs& a) {
       "requests {} ({} retries, {} failed for good), {:.1f} s; wrote {}/audit.json\n", s.requests,
       s.retries, s.failed, secs, a.out);
   enforce_sla(a.sla, summary);
+  // Error records are left out of the statistics: a finished audit with some of them is not a
+  // clean result, and a script must be able to tell (a rerun retries exactly those items).
+  const int64_t errors = audit["records"].value("errors", int64_t{0});
+  if (errors > 0) {
+    std::cout << fmt::format(
+        "audit: {} items ended as errors and are not in the statistics (see 'error' in {}/"
+        "results.jsonl); rerun the same command to retry them (exit {})\n",
+        errors, a.out, kAuditErrorsExit);
+    throw AuditHadErrors{};
+  }
 }
 
 }  // namespace

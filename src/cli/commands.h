@@ -38,6 +38,10 @@ void add_sla_options(CLI::App* cmd, SlaGate& gate);
 // Thrown by a command whose results are written but whose SLA gate failed; main() returns
 // kSlaFailedExit. The command has printed the verdict.
 struct SlaGateFailed {};
+// Thrown by `audit` when it finished and wrote its files but some items' latest records are errors
+// (checked after the SLA gate: a failed gate's 4 wins); main() returns kAuditErrorsExit.
+struct AuditHadErrors {};
+inline constexpr int kAuditErrorsExit = 5;
 // Prints the gate's one-line verdict (nothing when no gate was asked for) and throws
 // SlaGateFailed when the model fails it.
 void enforce_sla(const SlaGate& gate, const PhaseSummary& summary);

@@ -31,6 +31,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const phasekv::cli::SlaGateFailed&) {
     return phasekv::kSlaFailedExit;  // the verdict line is printed
+  } catch (const phasekv::cli::AuditHadErrors&) {
+    return phasekv::cli::kAuditErrorsExit;  // the count is printed
   } catch (const phasekv::Error& e) {
     std::cerr << "phasekv: error: " << e.what() << "\n";
     return 2;
