@@ -26,6 +26,11 @@ constexpr ArchitectureCandidate kArchitecture[] = {
     {"W8S8-uncompressed-tail", "uncompressed tail instead of the 16-token window"},
     {"W8S8-4kv", "4 KV heads"},
     {"W8S8-8kv", "8 KV heads"},
+    // Not named by the issue, but trained by the suite and near the baseline's cache bytes.
+    {"W8S8-vector", "vector gates"},
+    {"W8S8-post-norm", "post-norm: RMSNorm of every slot payload"},
+    {"deepseek-style", "W8/S4, vector gates, tied K/V, partial RoPE, shared payload"},
+    {"deepseek-scalar-twin", "the same with scalar gates"},
     {"full-1kv", "full attention, 1 KV head (control)"},
     {"full-8kv", "full attention, 8 KV heads (control)"},
 };
