@@ -2,9 +2,11 @@
 // for `phasekv audit` and other OpenAI clients. SIGINT/SIGTERM stop the listener and let
 // in-flight requests finish.
 #include <fmt/format.h>
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -20,11 +22,12 @@
 namespace phasekv::cli {
 namespace {
 
+// The flags set the server's options directly (their defaults are ServerOptions').
 struct ServeArgs {
-  std::string model, host = "127.0.0.1", name;
-  int port = 8000, threads = 32, torch_threads = 0, max_tokens_limit = 1024;
-  size_t max_body_bytes = size_t{8} << 20;
+  std::string model;
+  int torch_threads = 0;
   bool log_requests = false;
+  ServerOptions o;
 };
 
 std::optional<TaskConfig> task_if_present(const std::string& dir) {
@@ -52,17 +55,16 @@ void install_stop_handlers() {
 }
 
 void run_serve(const ServeArgs& a) {
-  if (a.port < 0 || a.port > 65535)
-    throw Error("--port is " + std::to_string(a.port) + " (allowed: 0..65535, 0 = any free port)");
+  if (a.o.port < 0 || a.o.port > 65535)
+    throw Error("--port is " + std::to_string(a.o.port) +
+                " (allowed: 0..65535, 0 = any free port)");
+  // Every thread that allocates may get its own malloc arena, and freed arena memory mostly stays
+  // with the process: repeated large requests grew the server from 1.6 to 3.5 GB. Two arenas
+  // keep it bounded (docs/RELIABILITY.md has the drill); MALLOC_ARENA_MAX, when set, wins.
+  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
   set_threads(a.torch_threads);
   LocalBackend backend = LocalBackend::from_dir(a.model, a.torch_threads);
-  ServerOptions o;
-  o.host = a.host;
-  o.port = a.port;
-  o.threads = a.threads;
-  o.max_tokens_limit = a.max_tokens_limit;
-  o.max_body_bytes = a.max_body_bytes;
-  o.served_name = a.name;
+  ServerOptions o = a.o;
   if (a.log_requests) o.log = &std::cerr;
   CompletionServer server(backend, load_tokenizer_if_present(a.model), task_if_present(a.model), o);
   const int port = server.bind();
@@ -77,7 +79,7 @@ void run_serve(const ServeArgs& a) {
   std::cerr << fmt::format(
       "phasekv serve: model '{}' on http://{}:{} (max_context {}, {} HTTP threads); "
       "SIGINT/SIGTERM stop it\n",
-      server.served_name(), a.host, port, backend.max_context(), a.threads);
+      server.served_name(), o.host, port, backend.max_context(), o.threads);
   server.serve();
   const char zero = 0;
   [[maybe_unused]] const ssize_t n = write(g_signal_pipe[1], &zero, 1);
@@ -93,19 +95,31 @@ void register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   cmd->add_option("--model", a->model, "model directory (config.json, weights, tokenizer.json)")
       ->required();
-  cmd->add_option("--host", a->host, "address to listen on");
-  cmd->add_option("--port", a->port, "port");
-  cmd->add_option("--threads", a->threads,
-                  "HTTP worker threads, at least the number of concurrent connections")
+  cmd->add_option("--host", a->o.host, "address to listen on");
+  cmd->add_option("--port", a->o.port, "port");
+  cmd->add_option("--threads", a->o.threads,
+                  "threads that run requests (idle or slow connections do not hold one)")
       ->check(CLI::Range(1, kMaxHttpThreads));
   cmd->add_option("--torch-threads", a->torch_threads, "libtorch threads (0 = all cores)")
       ->check(compute_threads());
-  cmd->add_option("--max-tokens-limit", a->max_tokens_limit,
+  cmd->add_option("--max-tokens-limit", a->o.max_tokens_limit,
                   "largest max_tokens a request may ask for");
-  cmd->add_option("--max-body-bytes", a->max_body_bytes,
+  cmd->add_option("--max-body-bytes", a->o.max_body_bytes,
                   "largest request body; larger ones get 413")
       ->check(non_negative());
-  cmd->add_option("--name", a->name, "served model name ('': <dir name>@<config hash>)");
+  cmd->add_option("--max-logprob-entries", a->o.max_logprob_entries,
+                  "largest (prompt tokens with echo + max_tokens) x (logprobs + 1) of one request")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--read-timeout", a->o.read_timeout_s,
+                  "seconds a request's head and body may take to arrive (then 408)")
+      ->check(CLI::Range(0.01, 3600.0));
+  cmd->add_option("--max-queue", a->o.max_queue,
+                  "requests waiting for a thread; more are answered 503 with Retry-After")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--max-connections", a->o.max_connections,
+                  "open connections; more are answered 503 with Retry-After")
+      ->check(CLI::Range(1, 100000));
+  cmd->add_option("--name", a->o.served_name, "served model name ('': <dir name>@<config hash>)");
   cmd->add_flag("--log-requests", a->log_requests, "one line per request on stderr");
   cmd->callback([a] { run_serve(*a); });
 }

@@ -9,11 +9,13 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <csignal>
 #include <thread>
 
 #include "model/model_dir.h"
 #include "server/chat_template.h"
+#include "server/http_front.h"
 #include "server/response_shapes.h"
 #include "server/server_engine.h"
 #include "server/server_requests.h"
@@ -52,13 +54,50 @@ void guarded(httplib::Response& res, F&& f) {
 // httplib's listen backlog is 5, compiled into Debian's libcpp-httplib: 16 clients connecting at
 // once overflow it and wait a second for the SYN retransmit. Linux applies a second listen() on
 // a listening socket as a new backlog, so the socket is re-listened with a larger one.
-class ListenServer : public httplib::Server {
+class ListenServer : public FrontServer {
  public:
+  using FrontServer::FrontServer;
   void raise_backlog(int backlog) {
     const socket_t sock = svr_sock_;
     if (sock != INVALID_SOCKET) ::listen(sock, backlog);
   }
 };
+
+namespace {
+
+// The connection layer's limits from the server's options (validated by the constructor).
+ConnectionOptions connection_options(const ServerOptions& o) {
+  ConnectionOptions c;
+  c.workers = o.threads;
+  c.max_queue = o.max_queue;
+  c.max_connections = o.max_connections;
+  c.read_timeout_s = o.read_timeout_s;
+  c.max_body_bytes = o.max_body_bytes;
+  c.light_paths = {"/health", "/version", "/v1/models"};
+  c.error_json = [](int status, const std::string& message) {
+    return error_body(status, status == 503 ? "service_unavailable" : "invalid_request_error",
+                      message)
+        .dump();
+  };
+  return c;
+}
+
+std::string body_limit_message(size_t max_body_bytes) {
+  return "the request body exceeds the server's limit of " + std::to_string(max_body_bytes) +
+         " bytes (--max-body-bytes)";
+}
+
+// The methods each route answers (a known path with another method gets 405 and Allow).
+const std::map<std::string, std::string>& route_methods() {
+  static const std::map<std::string, std::string> m = {
+      {"/health", "GET, HEAD"},        {"/version", "GET, HEAD"},
+      {"/v1/models", "GET, HEAD"},     {"/v1/completions", "POST"},
+      {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
+      {"/detokenize", "POST"}};
+  return m;
+}
+
+}  // namespace
 
 CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordTokenizer> tokenizer,
                                    std::optional<TaskConfig> task, ServerOptions options)
@@ -67,12 +106,22 @@ CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordToke
       task_(std::move(task)),
       options_(std::move(options)),
       name_(options_.served_name.empty() ? backend.model_id() : options_.served_name),
-      engine_(std::make_unique<ModelEngine>(backend)),
-      http_(std::make_unique<ListenServer>()) {
+      engine_(std::make_unique<ModelEngine>(backend)) {
   // Each worker is a thread: 100000 of them brought a 2-core machine to a load of 228.
   if (options_.threads < 1 || options_.threads > kMaxHttpThreads)
     throw Error("--threads is " + std::to_string(options_.threads) +
                 " (allowed: 1.." + std::to_string(kMaxHttpThreads) + " HTTP worker threads)");
+  if (!(options_.read_timeout_s >= 0.01 && options_.read_timeout_s <= 3600))
+    throw Error("--read-timeout is " + std::to_string(options_.read_timeout_s) +
+                " (allowed: 0.01..3600 seconds)");
+  if (options_.max_queue < 1 || options_.max_queue > 100000)
+    throw Error("--max-queue is " + std::to_string(options_.max_queue) + " (allowed: 1..100000)");
+  if (options_.max_connections < 1 || options_.max_connections > 100000)
+    throw Error("--max-connections is " + std::to_string(options_.max_connections) +
+                " (allowed: 1..100000)");
+  if (options_.max_logprob_entries < 1)
+    throw Error("--max-logprob-entries is " + std::to_string(options_.max_logprob_entries) +
+                " (allowed: >= 1)");
   if (options_.max_tokens_limit < 1)
     throw Error("--max-tokens-limit is " + std::to_string(options_.max_tokens_limit) +
                 " (allowed: >= 1)");
@@ -85,13 +134,9 @@ CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordToke
   limits_.max_tokens = options_.max_tokens_limit;
   limits_.max_logprobs = options_.max_logprobs;
   limits_.max_prompts = options_.max_prompts;
+  limits_.max_logprob_entries = options_.max_logprob_entries;
   limits_.tokenizer = tokenizer_ ? &*tokenizer_ : nullptr;
-  const int threads = options_.threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(options_.max_body_bytes);
-  http_->set_read_timeout(60);
-  http_->set_write_timeout(60);
-  http_->set_keep_alive_max_count(10000);
+  http_ = std::make_unique<ListenServer>(connection_options(options_));
   http_->set_tcp_nodelay(true);  // small JSON answers must not wait for the client's delayed ACK
   // A client that disconnects mid-stream must not kill the server: httplib writes without
   // MSG_NOSIGNAL, so the write would raise SIGPIPE; ignored, it fails with EPIPE instead.
@@ -108,37 +153,70 @@ void CompletionServer::routes() {
   });
   http_->Get("/v1/models",
              [this](const httplib::Request&, httplib::Response& res) { handle_models(res); });
-  http_->Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_completions(req, res);
-  });
-  http_->Post("/v1/chat/completions",
-              [this](const httplib::Request& req, httplib::Response& res) { handle_chat(req, res); });
-  http_->Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_tokenize(req, res);
-  });
-  http_->Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_detokenize(req, res);
-  });
-  // httplib answers unknown routes and oversize bodies with an empty body; give them the JSON
-  // error every client of this API expects.
+  // The POST routes read their own body, so that a chunked one is cut at the size limit.
+  // Unknown fields are ignored and named: an X-Phasekv-Warning header on every answer (streams
+  // included), a `warnings` list in a JSON answer, a log line.
+  auto post = [this](const char* path, auto handle) {
+    http_->Post(path, [this, path, handle](const httplib::Request&, httplib::Response& res,
+                                           const httplib::ContentReader& reader) {
+      const auto text = read_body(reader, res);
+      if (!text) return;
+      guarded(res, [&] {
+        const json body = parse_body(*text);
+        const std::vector<std::string> unknown = unknown_fields(body, path);
+        std::string warning;
+        if (!unknown.empty()) {
+          warning = "ignored unknown field" + std::string(unknown.size() > 1 ? "s" : "") + " " +
+                    json(unknown).dump() + " (" + path + " does not use them)";
+          res.set_header("X-Phasekv-Warning", warning);
+          if (options_.log) *options_.log << path << ": " << warning << "\n" << std::flush;
+        }
+        (this->*handle)(body, res);
+        if (!warning.empty() && res.status == 200 &&
+            res.get_header_value("Content-Type") == "application/json") {
+          json answer = json::parse(res.body);
+          answer["warnings"] = json::array({warning});
+          res.set_content(answer.dump(), "application/json");
+        }
+      });
+    });
+  };
+  post("/v1/completions", &CompletionServer::handle_completions);
+  post("/v1/chat/completions", &CompletionServer::handle_chat);
+  post("/tokenize", &CompletionServer::handle_tokenize);
+  post("/detokenize", &CompletionServer::handle_detokenize);
+  // httplib answers unknown routes, unreadable and oversize bodies with an empty body; give them
+  // the JSON error every client of this API expects.
   http_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 413)
-      send_json(
-          res, 413,
-          error_body(413, "invalid_request_error",
-                     "the request body exceeds the server's limit of " +
-                         std::to_string(options_.max_body_bytes) + " bytes (--max-body-bytes)"));
-    else if (res.status == 404)
+    const RequestState* state = current_request();
+    if (state && state->timed_out) res.status = 408;
+    if (state && state->over_budget) res.status = 413;
+    const auto route = route_methods().find(req.path);
+    if (res.status == 404 && route != route_methods().end()) {
+      res.set_header("Allow", route->second);
+      send_json(res, 405,
+                error_body(405, "invalid_request_error",
+                           req.method + " is not allowed on " + req.path + " (allowed: " +
+                               route->second + ")"));
+    } else if (res.status == 408) {
+      send_json(res, 408,
+                error_body(408, "invalid_request_error",
+                           "the request body did not arrive within the server's --read-timeout"));
+    } else if (res.status == 413) {
+      send_json(res, 413,
+                error_body(413, "invalid_request_error", body_limit_message(options_.max_body_bytes)));
+    } else if (res.status == 404) {
       send_json(res, 404,
                 error_body(404, "not_found_error",
                            "no route " + req.method + " " + req.path +
                                " (routes: GET /health, /v1/models, /version; POST "
                                "/v1/completions, /v1/chat/completions, /tokenize, /detokenize)"));
-    else
+    } else {
       send_json(
           res, res.status,
           error_body(res.status, "invalid_request_error", "HTTP " + std::to_string(res.status)));
+    }
   });
   http_->set_exception_handler(
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -176,10 +254,40 @@ void CompletionServer::handle_models(httplib::Response& res) const {
   send_json(res, 200, {{"object", "list"}, {"data", json::array({card})}});
 }
 
-void CompletionServer::handle_completions(const httplib::Request& req, httplib::Response& res) {
+std::optional<std::string> CompletionServer::read_body(const httplib::ContentReader& reader,
+                                                       httplib::Response& res) const {
+  std::string body;
+  bool over = false;
+  const bool complete = reader([&](const char* data, size_t n) {
+    if (body.size() + n > options_.max_body_bytes) {
+      over = true;  // stop reading: the rest of a chunked body is never read
+      return false;
+    }
+    body.append(data, n);
+    return true;
+  });
+  if (complete) return body;
+  RequestState* state = current_request();
+  if (state) state->close = true;  // the body was not read to its end
+  res.set_header("Connection", "close");
+  if (over || (state && state->over_budget))
+    send_json(res, 413,
+              error_body(413, "invalid_request_error", body_limit_message(options_.max_body_bytes)));
+  else if (state && state->timed_out)
+    send_json(res, 408,
+              error_body(408, "invalid_request_error",
+                         "the request body did not arrive within the server's --read-timeout"));
+  else
+    send_json(res, 400,
+              error_body(400, "invalid_request_error",
+                         "the request body could not be read (malformed chunked encoding, or the "
+                         "client closed the connection)"));
+  return std::nullopt;
+}
+
+void CompletionServer::handle_completions(const json& body, httplib::Response& res) {
   guarded(res, [&] {
-    auto r = std::make_shared<const CompletionRequest>(
-        parse_completion(parse_body(req.body), limits_));
+    auto r = std::make_shared<const CompletionRequest>(parse_completion(body, limits_));
     if (r->stream) return stream_completions(r, res);
     const int top_n = r->logprobs ? *r->logprobs : -1;
     json choices = json::array();
@@ -202,9 +310,9 @@ void CompletionServer::handle_completions(const httplib::Request& req, httplib::
   });
 }
 
-void CompletionServer::handle_chat(const httplib::Request& req, httplib::Response& res) {
+void CompletionServer::handle_chat(const json& body, httplib::Response& res) {
   guarded(res, [&] {
-    auto r = std::make_shared<const ChatRequest>(parse_chat(parse_body(req.body), limits_));
+    auto r = std::make_shared<const ChatRequest>(parse_chat(body, limits_));
     if (r->stream) return stream_chat(r, res);
     const EngineResult out =
         engine_->run(r->prompt, engine_params(*r, r->logprobs ? r->top_logprobs : -1, false, 0));
@@ -219,9 +327,9 @@ void CompletionServer::handle_chat(const httplib::Request& req, httplib::Respons
   });
 }
 
-void CompletionServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) const {
+void CompletionServer::handle_tokenize(const json& body, httplib::Response& res) const {
   guarded(res, [&] {
-    const TokenizeRequest r = parse_tokenize(parse_body(req.body), limits_);
+    const TokenizeRequest r = parse_tokenize(body, limits_);
     json strs = nullptr;
     if (r.return_token_strs) {
       strs = json::array();
@@ -235,10 +343,9 @@ void CompletionServer::handle_tokenize(const httplib::Request& req, httplib::Res
   });
 }
 
-void CompletionServer::handle_detokenize(const httplib::Request& req,
-                                         httplib::Response& res) const {
+void CompletionServer::handle_detokenize(const json& body, httplib::Response& res) const {
   guarded(res, [&] {
-    const auto ids = parse_detokenize(parse_body(req.body), limits_);
+    const auto ids = parse_detokenize(body, limits_);
     for (size_t i = 0; i < ids.size(); ++i)
       if (ids[i] >= tokenizer_->size())
         throw ApiError(400, "invalid_request_error", "tokens",
@@ -284,6 +391,8 @@ void CompletionServer::stop() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   http_->stop();
 }
+
+int CompletionServer::waiting_requests() const { return http_->waiting(); }
 
 int64_t CompletionServer::tokens_generated() const { return engine_->tokens_generated(); }
 

@@ -19,9 +19,14 @@
 //
 // Every failure is JSON {"error": {"message", "type", "code", "param"}} with a 4xx status for
 // the client's mistakes (wrong types, ids outside the vocabulary, prompts over the context
-// size, max_tokens over the limit, bodies over the size limit) and 500 for the server's.
-// Requests are handled by a thread pool; the model runs one request at a time (a mutex), which
-// keeps the numerics identical to a single in-process call.
+// size, max_tokens over the limit, more log-probability entries than --max-logprob-entries,
+// bodies over the size limit, chunked or not: 413) and 500 for the server's. A known path with
+// another method is 405 with Allow. Unknown body fields are ignored and named (a `warnings`
+// list and an X-Phasekv-Warning header); `stop` and `stop_token_ids` are refused unless empty.
+// Connections are held by server/http_front.h (slow clients: 408 after --read-timeout; a full
+// queue or connection table: 503 with Retry-After; /health on its own threads); requests run
+// on a pool of `threads`; the model runs one request at a time (a mutex), which keeps the
+// numerics identical to a single in-process call.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -39,7 +44,7 @@
 #include "task/tasks.h"
 
 namespace httplib {
-class Server;
+class ContentReader;
 class DataSink;
 struct Request;
 struct Response;
@@ -50,18 +55,25 @@ namespace phasekv {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see bind())
-  // HTTP worker threads. A keep-alive connection holds a thread while idle, so this must be at
-  // least the number of concurrent client connections.
+  // Threads that run requests. Idle keep-alive connections and requests still arriving are
+  // held by one poller thread (server/http_front.h), not by these.
   int threads = 32;
   int max_tokens_limit = 1024;              // largest max_tokens accepted
-  size_t max_body_bytes = size_t{8} << 20;  // larger bodies get 413
+  size_t max_body_bytes = size_t{8} << 20;  // larger bodies get 413, chunked ones included
   int max_logprobs = 20;                    // largest logprobs accepted (vLLM's default)
   int max_prompts = 64;                     // prompts in one request
-  std::string served_name;                  // "" = the backend's model_id()
-  std::ostream* log = nullptr;              // one line per request; nullptr: silent
+  // Log-probability entries one request may ask for: over its prompts, (prompt tokens with
+  // echo + max_tokens) x (logprobs + 1). Bounds the memory of one answer.
+  int64_t max_logprob_entries = int64_t{1} << 20;
+  double read_timeout_s = 10;  // a request's head and body must arrive within this (408)
+  int max_queue = 64;          // requests waiting for a thread; more get 503 + Retry-After
+  int max_connections = 512;   // open connections; more get 503 + Retry-After
+  std::string served_name;     // "" = the backend's model_id()
+  std::ostream* log = nullptr;  // one line per request; nullptr: silent
 };
 
 class ModelEngine;
+class ListenServer;
 
 class CompletionServer {
  public:
@@ -85,21 +97,26 @@ class CompletionServer {
   // True once serve() accepts connections (tests wait for it before connecting).
   bool running() const;
   const std::string& served_name() const { return name_; }
+  // Requests waiting for a thread (at most max_queue; tests wait for a full queue).
+  int waiting_requests() const;
   // Tokens the model has generated since start (a stream whose client left stops early).
   int64_t tokens_generated() const;
 
  private:
   void routes();
   void handle_models(httplib::Response& res) const;
-  void handle_completions(const httplib::Request& req, httplib::Response& res);
-  void handle_chat(const httplib::Request& req, httplib::Response& res);
+  // The POST routes read their body through read_body (cut at max_body_bytes).
+  std::optional<std::string> read_body(const httplib::ContentReader& reader,
+                                       httplib::Response& res) const;
+  void handle_completions(const nlohmann::json& body, httplib::Response& res);
+  void handle_chat(const nlohmann::json& body, httplib::Response& res);
   // server_stream.cpp: the body as server-sent events written by `produce` (false: the client
   // went away or the stream was cut).
   void stream(httplib::Response& res, std::function<bool(httplib::DataSink&)> produce);
   void stream_completions(std::shared_ptr<const CompletionRequest> r, httplib::Response& res);
   void stream_chat(std::shared_ptr<const ChatRequest> r, httplib::Response& res);
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res) const;
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res) const;
+  void handle_tokenize(const nlohmann::json& body, httplib::Response& res) const;
+  void handle_detokenize(const nlohmann::json& body, httplib::Response& res) const;
 
   LocalBackend& backend_;
   std::optional<WordTokenizer> tokenizer_;
@@ -108,7 +125,7 @@ class CompletionServer {
   std::string name_;
   ModelLimits limits_;
   std::unique_ptr<ModelEngine> engine_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<ListenServer> http_;
   std::atomic<bool> stop_requested_{false};
 };
 

@@ -88,6 +88,18 @@ void check_lengths(const std::vector<std::vector<int32_t>>& prompts, int max_tok
   }
 }
 
+// The answer of a request with logprobs holds this many entries; a cap keeps one request from
+// holding gigabytes (64 prompts of 4096 tokens x 21 entries are 5.5 million JSON objects).
+void check_logprob_entries(int64_t entries, const std::string& param, const std::string& how,
+                           const ModelLimits& limits) {
+  if (entries > limits.max_logprob_entries)
+    bad(param, "the request asks for " + std::to_string(entries) + " log-probability entries (" +
+                   how + "); the server allows at most " +
+                   std::to_string(limits.max_logprob_entries) +
+                   " per request (--max-logprob-entries): send fewer prompts per request or a "
+                   "smaller '" + param + "'");
+}
+
 void check_model(const json& body, const ModelLimits& limits) {
   const json* m = field(body, "model");
   if (!m) return;
@@ -147,9 +159,31 @@ namespace {
 
 // The fields both generation routes share. max_tokens may be 0 here; the caller decides
 // whether that is allowed (completions with echo only).
+// Generation has no end-of-sequence token and no stop condition: it always produces max_tokens
+// tokens. A stop asked for would be silently ignored, so it is refused (empty ones are fine).
+void refuse_stop(const json& body) {
+  if (const json* s = field(body, "stop")) {
+    if (!s->is_string() && !s->is_array())
+      bad("stop", "'stop' must be a string or a list of strings, not " + type_name(*s));
+    if (!s->empty() && !(s->is_string() && s->get<std::string>().empty()))
+      bad("stop",
+          "'stop' is not supported: this server always generates exactly max_tokens tokens; "
+          "leave 'stop' out (or send null or []) and cut the text yourself");
+  }
+  if (const json* s = field(body, "stop_token_ids")) {
+    if (!s->is_array())
+      bad("stop_token_ids", "'stop_token_ids' must be a list of token ids, not " + type_name(*s));
+    if (!s->empty())
+      bad("stop_token_ids",
+          "'stop_token_ids' is not supported: this server always generates exactly max_tokens "
+          "tokens; leave it out (or send [])");
+  }
+}
+
 SamplingRequest parse_sampling(const json& body, const ModelLimits& limits,
                                const char* max_tokens_key) {
   check_model(body, limits);
+  refuse_stop(body);
   get_int(body, "n", 1, 1, 1, "; one completion per prompt");
   get_int(body, "best_of", 1, 1, 1, "; one completion per prompt");
   if (const json* salt = field(body, "cache_salt"); salt && !salt->is_string())
@@ -196,6 +230,16 @@ CompletionRequest parse_completion(const json& body, const ModelLimits& limits) 
     r.logprobs = static_cast<int>(get_int(body, "logprobs", 0, 0, limits.max_logprobs));
   r.prompts = parse_prompts(body, limits, get_bool(body, "add_special_tokens", true));
   check_lengths(r.prompts, r.max_tokens, limits, "prompt");
+  if (r.logprobs) {
+    int64_t positions = 0;
+    for (const auto& p : r.prompts)
+      positions += (r.echo ? static_cast<int64_t>(p.size()) : 0) + r.max_tokens;
+    check_logprob_entries(positions * (*r.logprobs + 1), "logprobs",
+                          std::to_string(positions) + " positions" +
+                              (r.echo ? " (echoed prompts and completions)" : "") + " x (" +
+                              std::to_string(*r.logprobs) + " + 1)",
+                          limits);
+  }
   return r;
 }
 
@@ -222,6 +266,11 @@ ChatRequest parse_chat(const json& body, const ModelLimits& limits) {
     bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   r.prompt = render_chat(body, limits, get_bool(body, "add_special_tokens", false));
   check_lengths({r.prompt}, r.max_tokens, limits, "messages");
+  if (r.logprobs)
+    check_logprob_entries(int64_t{r.max_tokens} * (r.top_logprobs + 1), "top_logprobs",
+                          std::to_string(r.max_tokens) + " tokens x (" +
+                              std::to_string(r.top_logprobs) + " + 1)",
+                          limits);
   return r;
 }
 
@@ -243,6 +292,31 @@ TokenizeRequest parse_tokenize(const json& body, const ModelLimits& limits) {
   r.ids = encode_text(p->get<std::string>(), get_bool(body, "add_special_tokens", true), limits,
                       "prompt");
   return r;
+}
+
+std::vector<std::string> unknown_fields(const json& body, const std::string& route) {
+  static const std::vector<std::string> sampling = {
+      "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "best_of",
+      "cache_salt", "return_tokens_as_token_ids", "return_token_ids", "stream", "stream_options",
+      "stop", "stop_token_ids", "add_special_tokens", "echo", "logprobs", "user"};
+  std::vector<std::string> known;
+  if (route == "/v1/completions") {
+    known = sampling;
+    known.push_back("prompt");
+  } else if (route == "/v1/chat/completions") {
+    known = sampling;
+    known.insert(known.end(), {"messages", "max_completion_tokens", "top_logprobs",
+                               "chat_template", "add_generation_prompt", "continue_final_message"});
+  } else if (route == "/tokenize") {
+    known = {"model", "prompt", "messages", "add_special_tokens", "return_token_strs",
+             "add_generation_prompt", "continue_final_message"};
+  } else if (route == "/detokenize") {
+    known = {"model", "tokens"};
+  }
+  std::vector<std::string> out;
+  for (auto it = body.begin(); it != body.end(); ++it)
+    if (std::find(known.begin(), known.end(), it.key()) == known.end()) out.push_back(it.key());
+  return out;  // nlohmann's objects iterate in key order
 }
 
 std::vector<int32_t> parse_detokenize(const json& body, const ModelLimits& limits) {

@@ -37,6 +37,8 @@ struct ModelLimits {
   int max_tokens = 1024;
   int max_logprobs = 20;
   int max_prompts = 64;
+  // (prompt tokens with echo + max_tokens) x (logprobs + 1), summed over a request's prompts.
+  int64_t max_logprob_entries = int64_t{1} << 20;
   const WordTokenizer* tokenizer = nullptr;  // nullptr: token-id prompts only
 };
 
@@ -69,7 +71,8 @@ struct ChatRequest : SamplingRequest {
 
 // Parses a JSON body (throws ApiError 400 on invalid JSON or a non-object).
 nlohmann::json parse_body(const std::string& body);
-// Unknown fields are ignored (OpenAI clients send many); known ones must have the right type.
+// Unknown fields are ignored (see unknown_fields); known ones must have the right type. `stop`
+// and `stop_token_ids` are refused unless empty: generation always runs to max_tokens.
 CompletionRequest parse_completion(const nlohmann::json& body, const ModelLimits& limits);
 // The same rules for chat: `messages` instead of `prompt`, max_completion_tokens as an alias of
 // max_tokens (the newer OpenAI name), logprobs true/false with top_logprobs N.
@@ -83,6 +86,12 @@ struct TokenizeRequest {
 };
 TokenizeRequest parse_tokenize(const nlohmann::json& body, const ModelLimits& limits);
 std::vector<int32_t> parse_detokenize(const nlohmann::json& body, const ModelLimits& limits);
+
+// The fields of a body that `route` ("/v1/completions", "/v1/chat/completions", "/tokenize",
+// "/detokenize") does not know, sorted. They are ignored, as vLLM ignores them (it logs "The
+// following fields were present in the request but ignored"); the server names them in a
+// `warnings` list of its answer and in an X-Phasekv-Warning header.
+std::vector<std::string> unknown_fields(const nlohmann::json& body, const std::string& route);
 
 // Text -> ids with the model's tokenizer (400 naming an unknown word; 400 when the model has no
 // tokenizer). add_special prepends <bos> when the vocabulary has it, as vLLM does for text.
