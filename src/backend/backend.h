@@ -3,11 +3,10 @@
 #pragma once
 #include <cstdint>
 #include <exception>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace phasekv {
 
@@ -21,7 +20,7 @@ struct ScoreResult {
   bool censored = false;        // the server only returns its top-N and the target was not in it
   int32_t argmax = -1;          // the greedy next token (full-vocabulary top-1)
   double argmax_logprob = 0.0;
-  std::string error;            // non-empty: the request failed for good (after retries)
+  std::string error;  // non-empty: the request failed for good (after retries)
 };
 
 // The full next-token distribution after one context (Backend::next_token_distributions).
@@ -35,6 +34,9 @@ struct Generation {
   std::vector<int32_t> tokens;
   std::optional<double> first_logprob;
   std::string error;  // non-empty: the request failed for good
+  // The server refused the greedy output because it is not valid UTF-8 (llama.cpp answers HTTP
+  // 500; tokens are then unknown, and the output differs from any valid-UTF-8 answer).
+  bool invalid_utf8 = false;
 };
 
 class Backend {
@@ -54,8 +56,9 @@ class Backend {
       const std::vector<ScoreRequest>& requests) {
     return std::vector<Distribution>(
         requests.size(),
-        Distribution{{}, model_id() + " returns no full next-token distribution (phase "
-                                      "ensembling needs an in-process model: phasekv sweep)"});
+        Distribution{{},
+                     model_id() + " returns no full next-token distribution (phase "
+                                  "ensembling needs an in-process model: phasekv sweep)"});
   }
   // Greedy generation of up to max_tokens tokens after context.
   virtual std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) = 0;

@@ -49,7 +49,9 @@ ApiKind api_from_string(const std::string& s) {
   throw Error("--api: '" + s + "' (allowed: completions, chat)");
 }
 
-std::string to_string(ApiKind a) { return a == ApiKind::kChat ? "chat" : "completions"; }
+std::string to_string(ApiKind a) {
+  return a == ApiKind::kChat ? "chat" : "completions";
+}
 
 HttpBackend::HttpBackend(HttpBackendOptions options, std::unique_ptr<Transport> transport)
     : options_(std::move(options)), transport_(std::move(transport)) {}
@@ -65,6 +67,12 @@ std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
   t.retry.retries = o.retries;
   t.retry.max_total_retries = o.max_total_retries;
   t.retry.base_delay_s = o.retry_base_delay_s;
+  if (!(o.max_retry_after_s >= 0))
+    throw Error("--max-retry-after-s is " + std::to_string(o.max_retry_after_s) +
+                " (allowed: >= 0)");
+  t.retry.max_retry_after_s = o.max_retry_after_s;
+  t.adaptive.enabled = o.adaptive_concurrency;
+  t.permanent = llamacpp_output_refused;
   t.api_key = read_api_key(o.api_key_env);
   std::unique_ptr<HttpBackend> b(new HttpBackend(o, std::make_unique<Transport>(std::move(t))));
   try {
@@ -129,27 +137,74 @@ void HttpBackend::load_model_card(int slot) {
     if (dialect_ != Dialect::kLlamacpp) throw;
   }
   std::string served;
+  std::optional<int64_t> meta_n_ctx;
   for (const auto& c : cards) {
     served += (served.empty() ? "" : ", ") + c.id;
-    if (c.id != options_.model) continue;
-    card_ = c.raw;
-    server_context_ = c.max_model_len;
+    // llama.cpp answers for its one model under any name.
+    if (c.id != options_.model && !(dialect_ == Dialect::kLlamacpp && cards.size() == 1)) continue;
+    if (c.id == options_.model || card_.empty()) card_ = c.raw;
+    if (c.max_model_len)
+      server_context_ = ContextLimit{*c.max_model_len, "/v1/models max_model_len"};
+    meta_n_ctx = c.meta_n_ctx;
   }
   // llama.cpp answers for its one model under any name.
   if (card_.empty() && !cards.empty() && dialect_ != Dialect::kLlamacpp)
     throw Error("endpoint " + transport_->url().url("/v1/models") + " does not serve model '" +
                 options_.model + "' (served: " + served + ")");
+  // llama.cpp: a slot's context (/props default_generation_settings.n_ctx) is what a request
+  // must fit; meta.n_ctx, where a build publishes it, is the whole context of all slots.
   if (dialect_ == Dialect::kLlamacpp && !server_context_) {
     try {
-      server_context_ = llamacpp_context(transport_->get(slot, "/props"));
+      if (auto n = llamacpp_context(transport_->get(slot, "/props")))
+        server_context_ = ContextLimit{*n, "/props default_generation_settings.n_ctx (per slot)"};
     } catch (const std::exception&) {
     }
+    if (!server_context_ && meta_n_ctx)
+      server_context_ = ContextLimit{*meta_n_ctx, "/v1/models meta.n_ctx"};
   }
 }
 
+std::optional<ContextLimit> HttpBackend::context_limit() const {
+  if (options_.max_context > 0) return ContextLimit{options_.max_context, "--max-context"};
+  return server_context_;
+}
+
+int64_t HttpBackend::max_prompt(int new_tokens) const {
+  const auto limit = context_limit();
+  if (!limit) return std::numeric_limits<int64_t>::max();
+  const bool echo =
+      dialect_ == Dialect::kVllm && options_.mode == ScoreMode::kLogprob && new_tokens <= 1;
+  return limit->tokens -
+         positions_needed(dialect_, options_.api == ApiKind::kChat, echo, 0, new_tokens);
+}
+
 int64_t HttpBackend::max_context() const {
-  if (options_.max_context > 0) return options_.max_context;
-  return server_context_.value_or(std::numeric_limits<int64_t>::max());
+  return max_prompt(1);
+}
+
+UsageTotals HttpBackend::usage() const {
+  UsageTotals u;
+  u.prompt_tokens = usage_prompt_.load();
+  u.completion_tokens = usage_completion_.load();
+  u.cached_tokens = usage_cached_.load();
+  u.answers_with_usage = usage_with_.load();
+  u.answers_without_usage = usage_without_.load();
+  return u;
+}
+
+json HttpBackend::post_counted(int slot, const HttpCall& call) {
+  json response = transport_->post(slot, call.route, call.body);
+  const Usage u =
+      parse_usage(call.route == "/v1/chat/completions" ? Dialect::kVllm : dialect_, response);
+  if (u.present) {
+    usage_prompt_ += u.prompt;
+    usage_completion_ += u.completion;
+    usage_cached_ += u.cached;
+    ++usage_with_;
+  } else {
+    ++usage_without_;
+  }
+  return response;
 }
 
 CallParams HttpBackend::call_params() const {
@@ -161,18 +216,24 @@ CallParams HttpBackend::call_params() const {
   return p;
 }
 
-std::string HttpBackend::request_error(const std::vector<int32_t>& context) const {
+std::string HttpBackend::request_error(const std::vector<int32_t>& context, int new_tokens) const {
   if (context.empty()) return "empty context (the model needs at least one token)";
-  if (static_cast<int64_t>(context.size()) > max_context())
-    return "context of " + std::to_string(context.size()) + " tokens exceeds the server's " +
-           "context size " + std::to_string(max_context());
+  if (static_cast<int64_t>(context.size()) > max_prompt(new_tokens)) {
+    const ContextLimit limit = *context_limit();
+    return "context of " + std::to_string(context.size()) + " tokens does not fit the server's " +
+           "context size " + std::to_string(limit.tokens) + " (" + limit.source + "; " +
+           context_rule(dialect_, options_.api == ApiKind::kChat) + ": at most " +
+           std::to_string(max_prompt(new_tokens)) + " context tokens)";
+  }
   return "";
 }
 
 void HttpBackend::learn_chat_template(int slot) {
   if (dialect_ != Dialect::kVllm)
-    throw Error("--api chat needs a server that renders chat messages through /tokenize "
-                "(vLLM, phasekv serve); the " + to_string(dialect_) + " dialect is not supported");
+    throw Error(
+        "--api chat needs a server that renders chat messages through /tokenize "
+        "(vLLM, phasekv serve); the " +
+        to_string(dialect_) + " dialect is not supported");
   const HttpCall call = chat_render_call(options_.model, "");
   chat_prefix_ = parse_tokenize(transport_->post(slot, call.route, call.body));
 }
@@ -183,8 +244,8 @@ std::string HttpBackend::chat_content(int slot, const std::vector<int32_t>& cont
     throw ProtocolError("the planned prompt does not start with the chat template's " +
                         std::to_string(chat_prefix_.size()) +
                         " leading tokens, so no message renders into it");
-  const std::vector<int32_t> body(context.begin() + static_cast<std::ptrdiff_t>(chat_prefix_.size()),
-                                  context.end());
+  const std::vector<int32_t> body(
+      context.begin() + static_cast<std::ptrdiff_t>(chat_prefix_.size()), context.end());
   const HttpCall detok = detokenize_call(dialect_, options_.model, body);
   const std::string content = parse_detokenize(transport_->post(slot, detok.route, detok.body));
   const HttpCall render = chat_render_call(options_.model, content);
@@ -194,30 +255,46 @@ std::string HttpBackend::chat_content(int slot, const std::vector<int32_t>& cont
   return content;
 }
 
-Generated HttpBackend::generate_one(int slot, const std::vector<int32_t>& context,
-                                    int max_tokens) {
+Generated HttpBackend::generate_one(int slot, const std::vector<int32_t>& context, int max_tokens) {
   if (options_.api == ApiKind::kChat) {
     const HttpCall call = chat_call(call_params(), chat_content(slot, context), max_tokens);
-    return parse_chat_generate(transport_->post(slot, call.route, call.body), context.size());
+    return parse_chat_generate(post_counted(slot, call), context.size());
   }
   const HttpCall call = generate_call(dialect_, call_params(), context, max_tokens);
-  return parse_generate(dialect_, transport_->post(slot, call.route, call.body));
+  return parse_generate(dialect_, post_counted(slot, call));
+}
+
+ScoreResult HttpBackend::argmax_by_probs(int slot, const ScoreRequest& r) {
+  const HttpCall call = score_call(dialect_, call_params(), r);
+  ScoreResult s = parse_score(dialect_, post_counted(slot, call), r);
+  s.target_logprob = std::numeric_limits<double>::quiet_NaN();  // generate mode reports none
+  s.censored = false;
+  return s;
 }
 
 ScoreResult HttpBackend::score_one(int slot, const ScoreRequest& r) {
   ScoreResult out;
-  out.error = request_error(r.context);
+  out.error = request_error(r.context, 1);
   if (!out.error.empty()) return out;
   try {
     if (options_.mode == ScoreMode::kLogprob && options_.api == ApiKind::kChat) {
       const HttpCall call = chat_call(call_params(), chat_content(slot, r.context), 1);
-      return parse_chat_score(transport_->post(slot, call.route, call.body), r);
+      return parse_chat_score(post_counted(slot, call), r);
     }
     if (options_.mode == ScoreMode::kLogprob) {
       const HttpCall call = score_call(dialect_, call_params(), r);
-      return parse_score(dialect_, transport_->post(slot, call.route, call.body), r);
+      return parse_score(dialect_, post_counted(slot, call), r);
     }
-    const Generated g = generate_one(slot, r.context, 1);
+    Generated g;
+    try {
+      g = generate_one(slot, r.context, 1);
+    } catch (const RequestFailed& e) {
+      if (dialect_ != Dialect::kLlamacpp || options_.api == ApiKind::kChat ||
+          !llamacpp_output_refused(e.status, e.body))
+        throw;
+      return argmax_by_probs(slot, r);  // the greedy token is an incomplete UTF-8 sequence
+    }
+    if (g.invalid_utf8) return argmax_by_probs(slot, r);
     if (g.tokens.empty()) throw ProtocolError("the server generated no token");
     out.argmax = g.tokens.front();
     out.argmax_logprob = g.first_logprob.value_or(std::numeric_limits<double>::quiet_NaN());
@@ -244,12 +321,18 @@ std::vector<Generation> HttpBackend::generate_many(
   std::vector<Generation> out(contexts.size());
   parallel_for(options_.concurrency, contexts.size(), [&](int slot, size_t i) {
     Generation& g = out[i];
-    g.error = request_error(contexts[i]);
+    g.error = request_error(contexts[i], max_tokens);
     if (!g.error.empty()) return;
     try {
       Generated parsed = generate_one(slot, contexts[i], max_tokens);
       g.tokens = std::move(parsed.tokens);
       g.first_logprob = parsed.first_logprob;
+      g.invalid_utf8 = parsed.invalid_utf8;
+    } catch (const RequestFailed& e) {
+      if (llamacpp_output_refused(e.status, e.body))
+        g.invalid_utf8 = true;  // a scored outcome: the output is not valid text
+      else
+        g.error = e.what();
     } catch (const std::exception& e) {
       g.error = e.what();
     }
@@ -326,10 +409,19 @@ json HttpBackend::describe() const {
       {"max_total_retries", options_.max_total_retries},
       {"api_key_env", options_.api_key_env.empty() ? json(nullptr) : json(options_.api_key_env)},
       {"max_context",
-       max_context() == std::numeric_limits<int64_t>::max() ? json(nullptr) : json(max_context())}};
+       max_context() == std::numeric_limits<int64_t>::max() ? json(nullptr) : json(max_context())},
+      {"adaptive_concurrency", options_.adaptive_concurrency},
+      {"max_retry_after_s", options_.max_retry_after_s}};
+  const auto limit = context_limit();
+  d["context_limit"] = limit
+                           ? json{{"tokens", limit->tokens},
+                                  {"source", limit->source},
+                                  {"rule", context_rule(dialect_, options_.api == ApiKind::kChat)}}
+                           : json(nullptr);
   if (options_.api == ApiKind::kChat) {
-    d["chat_template"] = "the server's, rendered through POST /tokenize {messages}; every prompt "
-                         "checked token for token";
+    d["chat_template"] =
+        "the server's, rendered through POST /tokenize {messages}; every prompt "
+        "checked token for token";
     d["chat_template_leading_tokens"] = chat_prefix_;
     d["censoring"] = "targets outside the top " +
                      std::to_string(std::min(options_.top_n, kMaxChatTopLogprobs)) +

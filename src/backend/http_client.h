@@ -6,8 +6,12 @@
 // score() runs its requests `concurrency` at a time and never throws: a request that fails for
 // good (after retries) comes back with ScoreResult::error naming the endpoint, the route and
 // the last failure. In generate mode scoring is greedy generation of one token (its argmax);
-// the target's logprob is then unknown (NaN), which a sweep records as null.
+// the target's logprob is then unknown (NaN), which a sweep records as null. llama.cpp refuses
+// greedy output that ends inside a UTF-8 character (HTTP 500, never retried): in generate mode
+// the greedy token is then read from the n_probs of a scoring request (score), or the
+// generation comes back with Generation::invalid_utf8 (generate_many).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -45,7 +49,22 @@ struct HttpBackendOptions {
   ApiKind api = ApiKind::kCompletions;  // chat: vllm dialect only (vLLM, phasekv serve)
   int top_n = 20;                       // vLLM logprobs / llama.cpp n_probs
   bool defeat_prefix_cache = true;
-  int64_t max_context = 0;  // > 0 overrides what the server reports
+  int64_t max_context = 0;           // > 0 overrides what the server reports (--max-context)
+  double max_retry_after_s = 120;    // longest Retry-After waited out
+  bool adaptive_concurrency = true;  // halve the requests in flight on 429s (http_transport.h)
+};
+
+// The server's context size and where it was read.
+struct ContextLimit {
+  int64_t tokens = 0;
+  std::string source;  // "--max-context", "/v1/models max_model_len", "/props ... n_ctx", ...
+};
+
+// Token accounting summed over the scoring and generation answers of this process (the servers'
+// usage fields, http_dialect.h parse_usage).
+struct UsageTotals {
+  int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  int64_t answers_with_usage = 0, answers_without_usage = 0;
 };
 
 class HttpBackend : public Backend {
@@ -62,7 +81,16 @@ class HttpBackend : public Backend {
   std::string detokenize(const std::vector<int32_t>& ids) override;
   std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) override;
   std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) override;
+  // The longest context one scoring request may carry: the server's context size less what the
+  // dialect's rule adds (http_dialect.h positions_needed: vLLM echoes the target and generates
+  // one token, llama.cpp needs room for one token, ...). No limit known: INT64_MAX.
   int64_t max_context() const override;
+  // The same for a request that generates `new_tokens` tokens.
+  int64_t max_prompt(int new_tokens) const;
+  // The server's context size and its source (--max-context first); nullopt when the server
+  // reports none. The rule that turns it into max_prompt() is context_rule(dialect, chat).
+  std::optional<ContextLimit> context_limit() const;
+  UsageTotals usage() const;
   // backend "http", endpoint (no credentials), model, dialect and how it was chosen, mode,
   // top_n, prefix_cache policy, concurrency, timeout_s, retries, max_total_retries,
   // api_key_env (the variable's name, never the key), max_context, api (and for chat the
@@ -96,14 +124,21 @@ class HttpBackend : public Backend {
   // renders exactly into `context` (throws ProtocolError naming the difference otherwise).
   void learn_chat_template(int slot);
   std::string chat_content(int slot, const std::vector<int32_t>& context);
-  std::string request_error(const std::vector<int32_t>& context) const;
+  std::string request_error(const std::vector<int32_t>& context, int new_tokens) const;
+  // POST a scoring or generation call and add its usage to the totals.
+  nlohmann::json post_counted(int slot, const HttpCall& call);
+  // Generate mode, llama.cpp refused the greedy output (invalid UTF-8): the greedy token read
+  // from n_probs of a scoring request instead.
+  ScoreResult argmax_by_probs(int slot, const ScoreRequest& r);
 
   HttpBackendOptions options_;
   std::unique_ptr<Transport> transport_;
   Dialect dialect_ = Dialect::kVllm;
   std::string dialect_source_;
   nlohmann::json card_ = nlohmann::json::object();
-  std::optional<int64_t> server_context_;
+  std::optional<ContextLimit> server_context_;
+  std::atomic<int64_t> usage_prompt_{0}, usage_completion_{0}, usage_cached_{0};
+  std::atomic<int64_t> usage_with_{0}, usage_without_{0};
   std::vector<int32_t> chat_prefix_;
 };
 

@@ -1,5 +1,6 @@
 #include "backend/http_dialect.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -77,6 +78,16 @@ ScoreResult parse_sglang(const json& response, const ScoreRequest& r) {
 
 ScoreResult parse_llamacpp(const json& response, const ScoreRequest& r) {
   check_prompt_tokens(response, r.context.size(), "tokens_evaluated", "llamacpp");
+  if (!response.is_object() || !response.contains("completion_probabilities") ||
+      !response["completion_probabilities"].is_array() ||
+      response["completion_probabilities"].empty())
+    throw ProtocolError(
+        "llamacpp: the answer has no completion_probabilities although the target " +
+        std::to_string(r.target) +
+        " was forced with logit_bias (llama-server reports probabilities only once the "
+        "generated text is valid UTF-8, so the target token is itself an incomplete UTF-8 "
+        "sequence, e.g. a byte-fallback token); content " +
+        excerpt(response.value("content", json(nullptr))));
   const json& first = index(at(response, "completion_probabilities", "llamacpp"), 0,
                             "llamacpp completion_probabilities");
   if (first.is_object() && first.contains("probs") && !first.contains("top_logprobs"))
@@ -101,6 +112,16 @@ ScoreResult parse_llamacpp(const json& response, const ScoreRequest& r) {
     }
   }
   if (!have_top) throw ProtocolError("llamacpp: top_logprobs is empty (is n_probs > 0?)");
+  // The +1000 logit_bias must only steer sampling: were it in the reported probabilities, the
+  // target would have logprob ~0 and every other token ~-1000, and every record would be right.
+  if (out.argmax == r.target && out.argmax_logprob > -1e-3)
+    for (const auto& e : first["top_logprobs"])
+      if (e.is_object() && e.contains("logprob") && e["logprob"].is_number() &&
+          e["logprob"].get<double>() < -kLlamacppTargetBias / 2)
+        throw ProtocolError(
+            "llamacpp: the reported probabilities include the logit_bias that forces the target "
+            "(top-1 is the target at ~0, others below -500); this llama-server build computes "
+            "n_probs after the bias, so its probabilities cannot score the audit");
   return out;
 }
 
@@ -150,11 +171,16 @@ HttpCall score_call(Dialect d, const CallParams& p, const ScoreRequest& r) {
                {"token_ids_logprob", {r.target}},
                {"return_text_in_logprobs", false}}};
     case Dialect::kLlamacpp:
+      // logit_bias forces the target as the sampled token: llama-server omits
+      // completion_probabilities when the sampled token is an incomplete UTF-8 sequence (any
+      // byte-level tokenizer's greedy token can be), and n_probs are computed from the logits
+      // before sampling, so the bias does not change them (parse_llamacpp checks that).
       return {"/completion",
               {{"prompt", r.context},
                {"n_predict", 1},
                {"n_probs", p.top_n},
                {"temperature", 0.0},
+               {"logit_bias", json::array({json::array({r.target, kLlamacppTargetBias})})},
                {"cache_prompt", !p.disable_cache},
                {"stream", false}}};
   }
@@ -233,7 +259,18 @@ Generated parse_generate(Dialect d, const json& response) {
       g.tokens.push_back(id);
     }
   } else {
-    if (response.contains("tokens") && response["tokens"].is_array()) {
+    const bool no_tokens = !response.contains("tokens") || !response["tokens"].is_array() ||
+                           response["tokens"].empty();
+    const bool no_probs = !response.contains("completion_probabilities") ||
+                          !response["completion_probabilities"].is_array() ||
+                          response["completion_probabilities"].empty();
+    if (no_tokens && no_probs && response.contains("content") && response["content"].is_string() &&
+        response["content"].get<std::string>().find("\xEF\xBF\xBD") != std::string::npos) {
+      g.invalid_utf8 = true;  // U+FFFD and nothing else: the output ends inside a character
+      return g;
+    }
+    if (response.contains("tokens") && response["tokens"].is_array() &&
+        !response["tokens"].empty()) {
       for (const auto& t : response["tokens"]) g.tokens.push_back(token_id(t, "llamacpp tokens"));
     } else {
       for (const auto& e : at(response, "completion_probabilities", "llamacpp"))
@@ -290,6 +327,9 @@ std::vector<ModelCard> parse_models(const json& response) {
       c.owned_by = m["owned_by"].get<std::string>();
     if (m.contains("max_model_len") && m["max_model_len"].is_number_integer())
       c.max_model_len = m["max_model_len"].get<int64_t>();
+    if (m.contains("meta") && m["meta"].is_object() && m["meta"].contains("n_ctx") &&
+        m["meta"]["n_ctx"].is_number_integer())
+      c.meta_n_ctx = m["meta"]["n_ctx"].get<int64_t>();
     c.raw = m;
     cards.push_back(std::move(c));
   }
@@ -313,6 +353,63 @@ std::optional<int64_t> llamacpp_context(const json& props) {
   if (props.contains("n_ctx") && props["n_ctx"].is_number_integer())
     return props["n_ctx"].get<int64_t>();
   return std::nullopt;
+}
+
+bool llamacpp_output_refused(int status, const std::string& body) {
+  return status == 500 &&
+         body.find("produced output that does not match the expected") != std::string::npos;
+}
+
+int64_t positions_needed(Dialect d, bool chat, bool echo_target, size_t context, int new_tokens) {
+  const auto n =
+      static_cast<int64_t>(context) + (echo_target && !chat ? 1 : 0) + std::max(new_tokens, 1);
+  return d == Dialect::kSglang && !chat ? n + 1 : n;
+}
+
+std::string context_rule(Dialect d, bool chat) {
+  if (chat) return "rendered prompt + generated tokens <= the context";
+  switch (d) {
+    case Dialect::kVllm:
+      return "prompt (with the echoed target when scoring) + max_tokens <= max_model_len";
+    case Dialect::kSglang:
+      return "input + max_new_tokens < context_len (SGLang rejects equality)";
+    case Dialect::kLlamacpp:
+      return "prompt + n_predict <= n_ctx of a slot (llama-server rejects a prompt of n_ctx "
+             "tokens)";
+  }
+  return "?";
+}
+
+Usage parse_usage(Dialect d, const json& r) {
+  auto num = [](const json& o, const char* key) -> std::optional<int64_t> {
+    if (o.is_object() && o.contains(key) && o[key].is_number_integer())
+      return o[key].get<int64_t>();
+    return std::nullopt;
+  };
+  // Prompt and completion counts from `o`, cached from `c`; absent when neither count is there.
+  auto read = [&](const json& o, const char* prompt, const char* completion, const json& c,
+                  const char* cached) {
+    Usage u;
+    const auto p = num(o, prompt), n = num(o, completion);
+    if (!p && !n) return u;
+    u.present = true;
+    u.prompt = p.value_or(0);
+    u.completion = n.value_or(0);
+    u.cached = num(c, cached).value_or(0);
+    return u;
+  };
+  if (!r.is_object()) return {};
+  if (d == Dialect::kLlamacpp && !r.contains("usage"))  // /completion
+    return read(r, "tokens_evaluated", "tokens_predicted", r, "tokens_cached");
+  if (d == Dialect::kSglang && r.contains("meta_info"))  // /generate
+    return read(r["meta_info"], "prompt_tokens", "completion_tokens", r["meta_info"],
+                "cached_tokens");
+  if (!r.contains("usage")) return {};  // OpenAI shape
+  const json& us = r["usage"];
+  return read(
+      us, "prompt_tokens", "completion_tokens",
+      us.is_object() && us.contains("prompt_tokens_details") ? us["prompt_tokens_details"] : json(),
+      "cached_tokens");
 }
 
 std::string prefix_cache_policy(Dialect d, bool defeat) {

@@ -7,9 +7,11 @@
 //            token is log p(target | ctx), and that position's top-N gives the argmax. Exact.
 //   sglang   POST /generate {input_ids: ctx, max_new_tokens 1, return_logprob, top_logprobs_num 1,
 //            token_ids_logprob [target]}: the first output position carries both. Exact.
-//   llamacpp POST /completion {prompt: ctx, n_predict 1, n_probs N, cache_prompt false}: only the
-//            top-N of the first output position, so a target outside it is censored (its
-//            logprob is unknown, the prediction is still known to be wrong).
+//   llamacpp POST /completion {prompt: ctx, n_predict 1, n_probs N, logit_bias [[target, 1000]],
+//            cache_prompt false}: only the top-N of the first output position (computed before
+//            sampling, so the bias that makes the target the sampled token leaves them alone),
+//            so a target outside it is censored (its logprob is unknown, the prediction is still
+//            known to be wrong).
 // A response whose shape does not match throws ProtocolError; the caller records it as that
 // request's error instead of retrying (a version mismatch does not heal by waiting).
 #pragma once
@@ -56,6 +58,9 @@ HttpCall generate_call(Dialect d, const CallParams& p, const std::vector<int32_t
 struct Generated {
   std::vector<int32_t> tokens;
   std::optional<double> first_logprob;  // log p of the first generated token, when returned
+  // llama.cpp answered {"content":"\ufffd","tokens":[]} with no probabilities: the greedy
+  // output is an incomplete UTF-8 sequence, its tokens are not reported.
+  bool invalid_utf8 = false;
 };
 Generated parse_generate(Dialect d, const nlohmann::json& response);
 
@@ -70,7 +75,8 @@ struct ModelCard {
   std::string id;
   std::string owned_by;
   std::optional<int64_t> max_model_len;
-  nlohmann::json raw;  // the whole entry (phasekv servers add a "phasekv" object)
+  std::optional<int64_t> meta_n_ctx;  // llama.cpp builds that publish meta.n_ctx
+  nlohmann::json raw;                 // the whole entry (phasekv servers add a "phasekv" object)
 };
 std::vector<ModelCard> parse_models(const nlohmann::json& response);
 // The dialect an owned_by value names ("vllm", "sglang", "llamacpp"; phasekv servers speak
@@ -78,6 +84,33 @@ std::vector<ModelCard> parse_models(const nlohmann::json& response);
 std::optional<Dialect> dialect_from_owner(const std::string& owned_by);
 // llama.cpp GET /props: the context size of a slot, when present.
 std::optional<int64_t> llamacpp_context(const nlohmann::json& props);
+
+// The bias llama.cpp scoring puts on the target (score_call).
+constexpr double kLlamacppTargetBias = 1000.0;
+
+// llama-server answers HTTP 500 "The model produced output that does not match the expected
+// Content-only format" when greedy output ends inside a UTF-8 character: the same request always
+// gets it again, so it is not retried (a scored outcome in generate mode, http_client.h).
+bool llamacpp_output_refused(int status, const std::string& body);
+
+// Context positions one request occupies by the dialect's own rule, for a context of `context`
+// tokens and `new_tokens` generated: vLLM scores with the target echoed (context + 1 +
+// max_tokens <= max_model_len), SGLang rejects input + max_new_tokens == context_len, llama.cpp
+// rejects a prompt of n_ctx tokens (context + n_predict <= n_ctx). It fits when the result is at
+// most the server's context size. `chat`: the rendered prompt plus the generated tokens.
+int64_t positions_needed(Dialect d, bool chat, bool echo_target, size_t context, int new_tokens);
+// That rule in words, for messages and audit.json.
+std::string context_rule(Dialect d, bool chat);
+
+// Token accounting of one answer: OpenAI `usage` {prompt_tokens, completion_tokens,
+// prompt_tokens_details.cached_tokens} (vLLM, llama.cpp /v1, chat), SGLang /generate meta_info
+// {prompt_tokens, completion_tokens, cached_tokens}, llama.cpp /completion {tokens_evaluated,
+// tokens_predicted, tokens_cached}. present false when the answer carries none.
+struct Usage {
+  bool present = false;
+  int64_t prompt = 0, completion = 0, cached = 0;
+};
+Usage parse_usage(Dialect d, const nlohmann::json& response);
 
 // How each dialect keeps a shared-prefix cache from faking a period (docs/AUDIT.md).
 std::string prefix_cache_policy(Dialect d, bool defeat);

@@ -191,6 +191,12 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
   return ex;
 }
 
+TextKvTask::Shape TextKvTask::shape(int64_t example_id) {
+  const Example ex = make_example(example_id);
+  return {static_cast<int>(bos_.size() + ex.body.size() + ex.query.size()) + o_.modulus - 1,
+          static_cast<int>(ex.answer.size())};
+}
+
 std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int>>& pairs) {
   std::vector<TextItem> items;
   std::map<int64_t, Example> examples;

@@ -67,6 +67,13 @@ class TextKvTask {
   // round-trips. Throws phasekv::Error when no candidate padding token does.
   TextKvTask(TextTokenizerFns tokenizer, TextTaskOptions options);
 
+  // An example's prompt length (the same at every phase) and its answer's token count, for the
+  // budget check and the plan before anything is scored (tokenizes the example's pieces).
+  struct Shape {
+    int prompt_tokens = 0;
+    int answer_tokens = 0;
+  };
+  Shape shape(int64_t example_id);
   // Prompts for the given (example, phase) pairs; each example's pieces are tokenized once.
   std::vector<TextItem> build(const std::vector<std::pair<int64_t, int>>& pairs);
   // The server's tokenization of each item's text: the key's measured position is the plan's

@@ -1,10 +1,12 @@
 #include "backend/http_transport.h"
 
+#include <fmt/format.h>
 #include <httplib.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <functional>
 #include <random>
 #include <thread>
@@ -32,14 +34,30 @@ double jitter(double max_s) {
   return std::uniform_real_distribution<double>(0.0, max_s)(rng);
 }
 
-// Retry-After in seconds (the HTTP-date form is rare for APIs and is ignored).
-double retry_after(const httplib::Response& res) {
-  if (!res.has_header("Retry-After")) return 0.0;
-  try {
-    return std::max(0.0, std::stod(res.get_header_value("Retry-After")));
-  } catch (const std::exception&) {
-    return 0.0;
+}  // namespace
+
+// Retry-After: delay-seconds, or an HTTP date (RFC 9110: "Sun, 06 Nov 1994 08:49:37 GMT"); -1
+// when absent or unreadable.
+double parse_retry_after(const std::string& value, std::time_t now) {
+  if (value.empty()) return -1.0;
+  if (value.find_first_not_of("0123456789") == std::string::npos) {
+    try {
+      return std::stod(value);
+    } catch (const std::exception&) {
+      return -1.0;
+    }
   }
+  std::tm tm{};
+  const char* end = strptime(value.c_str(), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+  if (end == nullptr || *end != '\0') return -1.0;
+  return std::max(0.0, std::difftime(timegm(&tm), now));
+}
+
+namespace {
+
+double retry_after(const httplib::Response& res) {
+  if (!res.has_header("Retry-After")) return -1.0;
+  return parse_retry_after(res.get_header_value("Retry-After"), std::time(nullptr));
 }
 
 }  // namespace
@@ -48,8 +66,9 @@ struct Transport::Attempt {
   bool ok = false;
   bool retryable = false;
   int status = 0;
-  double wait_hint_s = 0.0;
+  double wait_hint_s = -1.0;  // Retry-After, -1 when none
   json body;
+  std::string raw;  // the body of a failed answer (first 4 KiB)
   std::string error;
 };
 
@@ -78,6 +97,7 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     if (!options_.api_key.empty()) c->set_bearer_token_auth(options_.api_key);
     clients_.push_back(std::move(c));
   }
+  limit_ = min_limit_ = options_.slots;
 }
 
 Transport::~Transport() = default;
@@ -99,8 +119,10 @@ Transport::Attempt Transport::attempt(int slot, const std::string& method, const
   if (res->status < 200 || res->status >= 300) {
     if (res->status == 429) ++http_429_;
     if (res->status >= 500) ++http_5xx_;
-    a.retryable = retryable_status(res->status);
-    a.wait_hint_s = retry_after(*res);
+    a.raw = res->body.substr(0, 4096);
+    a.retryable = retryable_status(res->status) &&
+                  !(options_.permanent && options_.permanent(res->status, res->body));
+    if (res->status == 429 || res->status == 503) a.wait_hint_s = retry_after(*res);
     a.error = "HTTP " + std::to_string(res->status) + ": " + snippet(res->body);
     return a;
   }
@@ -124,16 +146,49 @@ bool Transport::take_retry() {
   return false;
 }
 
+int64_t Transport::acquire() {
+  if (!options_.adaptive.enabled) return 0;
+  std::unique_lock<std::mutex> lock(limit_mutex_);
+  limit_cv_.wait(lock, [&] { return in_flight_ < limit_; });
+  ++in_flight_;
+  return decreases_;
+}
+
+void Transport::release(int status, int64_t generation) {
+  if (!options_.adaptive.enabled) return;
+  {
+    std::lock_guard<std::mutex> lock(limit_mutex_);
+    --in_flight_;
+    if (status == 429) {
+      successes_ = 0;
+      if (limit_ > 1 && generation == decreases_) {  // the first 429 of this burst
+        limit_ = std::max(1, limit_ / 2);
+        min_limit_ = std::min(min_limit_, limit_);
+        ++decreases_;
+      }
+    } else if (status >= 200 && status < 300 && limit_ < options_.slots && ++successes_ >= limit_) {
+      ++limit_;
+      successes_ = 0;
+    }
+  }
+  limit_cv_.notify_all();
+}
+
 json Transport::request(int slot, const std::string& method, const std::string& route,
                         const std::string& body) {
   ++requests_;
   const RetryPolicy& p = options_.retry;
   for (int k = 0;; ++k) {
+    const int64_t generation = acquire();
     Attempt a = attempt(slot, method, route, body);
+    release(a.ok ? 200 : a.status, generation);
     if (a.ok) return std::move(a.body);
     std::string why;
     if (!a.retryable)
       why = "";
+    else if (a.wait_hint_s > p.max_retry_after_s)
+      why = fmt::format(" (Retry-After asks for {:.0f} s, more than the {:.0f} s allowed)",
+                        a.wait_hint_s, p.max_retry_after_s);
     else if (k >= p.retries)
       why = " (gave up after " + std::to_string(k) + " retries)";
     else if (!take_retry())
@@ -141,10 +196,17 @@ json Transport::request(int slot, const std::string& method, const std::string& 
             " is spent; --max-total-retries raises it)";
     if (!a.retryable || !why.empty()) {
       ++failed_;
-      throw RequestFailed(method + " " + options_.url.url(route) + ": " + a.error + why, a.status);
+      throw RequestFailed(method + " " + options_.url.url(route) + ": " + a.error + why, a.status,
+                          a.raw);
     }
     const double cap = std::min(p.max_delay_s, p.base_delay_s * std::pow(2.0, k));
-    const double wait = std::max(std::min(a.wait_hint_s, p.max_delay_s), jitter(cap));
+    double wait = jitter(cap);
+    if (a.wait_hint_s >= 0) {  // the server said when: at least that long
+      wait = std::max(wait, a.wait_hint_s);
+      ++retry_after_waits_;
+      std::lock_guard<std::mutex> lock(limit_mutex_);
+      retry_after_wait_s_ += a.wait_hint_s;
+    }
     std::this_thread::sleep_for(std::chrono::duration<double>(wait));
   }
 }
@@ -167,6 +229,12 @@ TransportStats Transport::stats() const {
   s.http_5xx = http_5xx_.load();
   s.connection_errors = connection_errors_.load();
   s.bad_json = bad_json_.load();
+  s.retry_after_waits = retry_after_waits_.load();
+  std::lock_guard<std::mutex> lock(limit_mutex_);
+  s.retry_after_wait_s = retry_after_wait_s_;
+  s.concurrency_limit = limit_;
+  s.min_concurrency_limit = min_limit_;
+  s.concurrency_decreases = decreases_;
   return s;
 }
 

@@ -1,12 +1,16 @@
 // JSON over HTTP with the failure handling a long audit needs: one keep-alive connection per
 // worker slot, a per-request timeout, retries with exponential backoff and full jitter on
-// transient failures (connection errors, 408, 429, 5xx, a body that is not JSON), Retry-After
-// honoured, and a cap on the retries of the whole run so a dead server ends the run in minutes
-// instead of hours. The API key goes into the Authorization header only: it is never part of a
-// message, an error or describe().
+// transient failures (connection errors, 408, 429, 5xx, a body that is not JSON), Retry-After on
+// 429/503 honoured (bounded), adaptive concurrency that halves the requests in flight on 429s
+// and creeps back on successes, and a cap on the retries of the whole run so a dead server ends the
+// run in minutes instead of hours. The API key goes into the Authorization header only: it is never
+// part of a message, an error or describe().
 #pragma once
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <ctime>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -28,6 +32,16 @@ struct RetryPolicy {
   double base_delay_s = 0.25;  // attempt k waits U(0, min(max, base * 2^k))
   double max_delay_s = 20.0;
   int64_t max_total_retries = 2000;  // over the transport's lifetime
+  // A Retry-After (seconds or an HTTP date) on a 429 or 503 is waited out up to this long; a
+  // longer one fails the request at once (the server asks for more than the run can give).
+  double max_retry_after_s = 120.0;
+};
+
+// Adaptive concurrency on 429s (AIMD): a 429 halves the number of requests allowed in flight,
+// once per burst (429s of requests sent before the last halving do not halve it again), and
+// every `limit` successes in a row add one back, never above the transport's slots nor below 1.
+struct AdaptiveConcurrency {
+  bool enabled = true;
 };
 
 struct TransportOptions {
@@ -35,7 +49,11 @@ struct TransportOptions {
   int slots = 8;          // connections, one per concurrent worker
   double timeout_s = 60;  // connect, read and write timeout of one attempt
   RetryPolicy retry;
+  AdaptiveConcurrency adaptive;
   std::string api_key;  // "" = no Authorization header
+  // Failures that must not be retried although their status is (a 5xx that the same request
+  // will always get again, such as llama.cpp refusing invalid UTF-8 output): (status, body).
+  std::function<bool(int, const std::string&)> permanent;
 };
 
 // Counters over the transport's lifetime (all attempts of all requests).
@@ -45,13 +63,20 @@ struct TransportStats {
   int64_t retries = 0;
   int64_t failed = 0;  // requests that failed for good
   int64_t http_429 = 0, http_5xx = 0, connection_errors = 0, bad_json = 0;
+  int64_t retry_after_waits = 0;      // retries that waited out a Retry-After header
+  double retry_after_wait_s = 0.0;    // the seconds those waits asked for
+  int concurrency_limit = 0;          // requests allowed in flight now (adaptive)
+  int min_concurrency_limit = 0;      // the lowest the limit went
+  int64_t concurrency_decreases = 0;  // halvings on 429
 };
 
 // A request that failed for good. `retryable` tells whether the last failure was transient.
 class RequestFailed : public std::runtime_error {
  public:
-  RequestFailed(const std::string& what, int status) : std::runtime_error(what), status(status) {}
-  int status;  // HTTP status of the last attempt, 0 when there was no response
+  RequestFailed(const std::string& what, int status, std::string body = "")
+      : std::runtime_error(what), status(status), body(std::move(body)) {}
+  int status;        // HTTP status of the last attempt, 0 when there was no response
+  std::string body;  // the last answer's body (its first 4 KiB), "" when there was none
 };
 
 class Transport {
@@ -77,12 +102,26 @@ class Transport {
   Attempt attempt(int slot, const std::string& method, const std::string& route,
                   const std::string& body);
   bool take_retry();
+  // The adaptive in-flight limit: acquire before an attempt, release after it with its status.
+  // acquire() returns the number of halvings so far, handed back to release().
+  int64_t acquire();
+  void release(int status, int64_t generation);
 
   TransportOptions options_;
   std::vector<std::unique_ptr<httplib::Client>> clients_;
   std::atomic<int64_t> requests_{0}, attempts_{0}, retries_{0}, failed_{0};
   std::atomic<int64_t> http_429_{0}, http_5xx_{0}, connection_errors_{0}, bad_json_{0};
+  std::atomic<int64_t> retry_after_waits_{0};
+  mutable std::mutex limit_mutex_;
+  std::condition_variable limit_cv_;
+  int limit_ = 1, in_flight_ = 0, min_limit_ = 1, successes_ = 0;
+  int64_t decreases_ = 0;
+  double retry_after_wait_s_ = 0.0;
 };
+
+// A Retry-After header's value in seconds from `now`: delay-seconds or an HTTP date (RFC 9110);
+// -1 when unreadable.
+double parse_retry_after(const std::string& value, std::time_t now);
 
 // Runs fn(slot, i) for i in [0, n) on `slots` threads (fewer when n is smaller); each thread owns
 // one slot. fn must not throw.

@@ -16,15 +16,18 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <optional>
+#include <set>
 
 #include "backend/http_client.h"
 #include "backend/http_text_task.h"
 #include "cli/commands.h"
-#include "eval/stats.h"
 #include "eval/runner.h"
+#include "eval/stats.h"
 #include "eval/sweep.h"
 #include "eval/text_audit.h"
 #include "report/report.h"
+#include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -40,14 +43,16 @@ struct AuditArgs {
   std::string render = "auto", task_config, padding = "prefix", out;
   int modulus = 24, examples = 50, stride = 0, concurrency = 8, retries = 5, top_n = 20;
   int64_t max_total_retries = 2000, max_context = 0;
-  double timeout_s = 60, retry_base_s = 0.25;
+  double timeout_s = 60, retry_base_s = 0.25, max_retry_after_s = 120;
   uint64_t seed = 0;
   int records = 8, context_tokens = 512, bootstrap = 2000, permutations = 1000;
-  bool keep_prefix_cache = false;
+  bool keep_prefix_cache = false, dry_run = false, fixed_concurrency = false;
   SlaGate sla;
 };
 
-PaddingMode parse_padding(const std::string& s) { return padding_mode_from_string(s, "--padding"); }
+PaddingMode parse_padding(const std::string& s) {
+  return padding_mode_from_string(s, "--padding");
+}
 
 // Retries so far, for the runner's progress lines.
 std::function<std::string()> retries_note(const HttpBackend& http) {
@@ -101,7 +106,113 @@ json transport_json(const TransportStats& s) {
           {"http_429", s.http_429},
           {"http_5xx", s.http_5xx},
           {"connection_errors", s.connection_errors},
-          {"bad_json", s.bad_json}};
+          {"bad_json", s.bad_json},
+          {"retry_after_waits", s.retry_after_waits},
+          {"retry_after_wait_s", s.retry_after_wait_s},
+          {"concurrency_limit_now", s.concurrency_limit},
+          {"concurrency_limit_min", s.min_concurrency_limit},
+          {"concurrency_decreases", s.concurrency_decreases}};
+}
+
+json usage_json(const UsageTotals& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"cached_tokens", u.cached_tokens},
+          {"answers_with_usage", u.answers_with_usage},
+          {"answers_without_usage", u.answers_without_usage},
+          {"scope",
+           "this run's scoring and generation answers, as the server counted them "
+           "(tokenize/detokenize calls and resumed records not included)"}};
+}
+
+// What an audit will send, known before the first scoring request.
+struct AuditPlan {
+  int64_t items = 0, pending = 0;
+  int64_t prompt_tokens = 0;     // over the pending items, as the scoring requests carry them
+  int64_t generated_tokens = 0;  // requested
+  int64_t longest_prompt = 0, longest_example = 0;
+  int new_tokens = 1;             // generated per request
+  int64_t requests_per_item = 1;  // scoring and checking requests
+  std::string requests_note;
+};
+
+// Items of the grid that have no successful record in OUT/results.jsonl (read only).
+int64_t pending_items(const std::string& out, int examples, int modulus) {
+  const fs::path path = fs::path(out) / "results.jsonl";
+  const int64_t all = static_cast<int64_t>(examples) * modulus;
+  if (!fs::exists(path)) return all;
+  std::set<std::pair<int64_t, int>> done;
+  for (const auto& r : read_results(path.string()).records)
+    if (r.ok() && r.condition.empty() && r.example_id >= 0 && r.example_id < examples &&
+        r.phase >= 0 && r.phase < modulus)
+      done.insert({r.example_id, r.phase});
+  return all - static_cast<int64_t>(done.size());
+}
+
+// Refuses, before any scoring request, an audit whose longest prompt does not fit the server's
+// context by the dialect's rule; never truncates.
+void check_budget(const HttpBackend& http, const AuditPlan& p, const std::string& knobs) {
+  const auto limit = http.context_limit();
+  const json d = http.describe();
+  if (!limit) {
+    std::cerr << fmt::format(
+        "audit: the server reports no context size; prompts of up to {} tokens are sent "
+        "unchecked (give --max-context N to check them before sending)\n",
+        p.longest_prompt);
+    return;
+  }
+  const int64_t room = http.max_prompt(p.new_tokens);
+  if (p.longest_prompt <= room) return;
+  throw Error(fmt::format(
+      "the audit does not fit the server's context, so nothing was scored: its longest prompt "
+      "(example {}) has {} tokens and {} generated token{} follow, but the context size is {} "
+      "tokens ({}), and by the {} rule ({}) a prompt may have at most {} tokens; lower {}, or "
+      "give --max-context if the server's limit is larger than it reports",
+      p.longest_example, p.longest_prompt, p.new_tokens, p.new_tokens == 1 ? "" : "s",
+      limit->tokens, limit->source, d["dialect"].get<std::string>(),
+      d["context_limit"]["rule"].get<std::string>(), room, knobs));
+}
+
+std::string plan_text(const AuditPlan& p, const HttpBackend& http, const std::string& out) {
+  std::string t = fmt::format(
+      "plan: {} of {} items to score ({} already in {}/results.jsonl)\n"
+      "  requests: {} ({}) + {} made so far to discover the server and build the prompts\n"
+      "  prompt tokens: {} (longest prompt {} tokens, example {}), generated tokens: {}\n",
+      p.pending, p.items, p.items - p.pending, out, p.pending * p.requests_per_item,
+      p.requests_note, http.stats().requests, p.prompt_tokens, p.longest_prompt, p.longest_example,
+      p.generated_tokens);
+  const auto limit = http.context_limit();
+  t += limit ? fmt::format("  context: {} tokens ({}), at most {} per prompt\n", limit->tokens,
+                           limit->source, http.max_prompt(p.new_tokens))
+             : std::string("  context: unknown (the server reports none; --max-context)\n");
+  // The rate of the last run into this directory, when it recorded one.
+  double rate = 0;
+  const fs::path prior = fs::path(out) / "audit.json";
+  if (fs::exists(prior)) {
+    const json j = read_json_file(prior.string());
+    if (j.contains("timing") && j["timing"].value("items_per_s", 0.0) > 0)
+      rate = j["timing"]["items_per_s"].get<double>();
+  }
+  t += rate > 0 ? fmt::format("  time: about {} at the last run's {:.1f} items/s ({}/audit.json)\n",
+                              format_duration(static_cast<double>(p.pending) / rate), rate, out)
+                : std::string(
+                      "  time: unknown until the first requests (the progress line's "
+                      "ETA is measured from them)\n");
+  return t;
+}
+
+void print_plan(const AuditArgs& a, const AuditPlan& p, const HttpBackend& http) {
+  if (a.dry_run)
+    std::cout << plan_text(p, http, a.out)
+              << "dry run: nothing was scored and nothing was written\n";
+  else
+    std::cerr << plan_text(p, http, a.out);
+}
+
+json timing_json(const RunResult& run) {
+  return {{"scoring_seconds", run.seconds},
+          {"items_scored", run.scored},
+          {"items_per_s", run.seconds > 0 ? static_cast<double>(run.scored) / run.seconds : 0.0}};
 }
 
 HttpBackendOptions backend_options(const AuditArgs& a) {
@@ -120,6 +231,8 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
   o.top_n = a.top_n;
   o.defeat_prefix_cache = !a.keep_prefix_cache;
   o.max_context = a.max_context;
+  o.max_retry_after_s = a.max_retry_after_s;
+  o.adaptive_concurrency = !a.fixed_concurrency;
   return o;
 }
 
@@ -134,10 +247,14 @@ void validate(const AuditArgs& a) {
   if (a.render != "auto" && a.render != "ids" && a.render != "text")
     throw Error("--render: '" + a.render + "' (allowed: auto, ids, text)");
   if (a.out.empty()) throw Error("--out: no output directory");
+  if (a.max_context < 0)
+    throw Error(
+        fmt::format("--max-context is {} (allowed: >= 1, or 0 = the server's)", a.max_context));
   api_from_string(a.api);
   if (a.api == "chat" && a.render == "text")
-    throw Error("--api chat audits phasekv-served models (--render ids) only for now: a real "
-                "tokenizer's chat template needs the text rendering to count templated tokens");
+    throw Error(
+        "--api chat audits phasekv-served models (--render ids) only for now: a real "
+        "tokenizer's chat template needs the text rendering to count templated tokens");
   validate_sla(a.sla, a.bootstrap);
 }
 
@@ -173,12 +290,13 @@ void write_audit_json(const std::string& out, json audit) {
 // ---------------------------------------------------------------------------------------------
 // ids: the synthetic task through run_sweep.
 
-PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, json& audit) {
+std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task,
+                                      json& audit) {
   // The served task as published, or passkey posed to a kv model (its settings, one needle).
   if (a.task != to_string(task.kind)) {
     if (a.task != "passkey" || task.kind != TaskKind::kKv)
-      throw Error("--task " + a.task + ": the served model was trained on " +
-                  to_string(task.kind) + " (allowed: --task " + to_string(task.kind) +
+      throw Error("--task " + a.task + ": the served model was trained on " + to_string(task.kind) +
+                  " (allowed: --task " + to_string(task.kind) +
                   (task.kind == TaskKind::kKv ? ", passkey)" : ")"));
     task.kind = TaskKind::kPasskey;
     task.n_records = 1;
@@ -199,6 +317,22 @@ PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, j
   o.progress = &std::cerr;
   o.progress_label = "audit";
   o.progress_note = retries_note(http);
+  // Every example has the same length: example 0 at phase 0 is the longest prompt.
+  AuditPlan plan;
+  const bool chat = a.api == "chat";
+  plan.items = static_cast<int64_t>(a.examples) * a.modulus;
+  plan.pending = pending_items(a.out, a.examples, a.modulus);
+  plan.longest_prompt = static_cast<int64_t>(
+      materialize(make_logical_example(task, a.seed, 0), a.modulus, 0, o.padding, false)
+          .tokens.size());
+  const bool echo = !chat && a.mode == "logprob" && http.dialect() == Dialect::kVllm;
+  plan.prompt_tokens = plan.pending * (plan.longest_prompt + (echo ? 1 : 0));
+  plan.generated_tokens = plan.pending;
+  plan.requests_per_item = chat ? 3 : 1;
+  plan.requests_note = chat ? "3 per item: detokenize, render, chat completion" : "1 per item";
+  check_budget(http, plan, "--modulus or the task's context_len");
+  print_plan(a, plan, http);
+  if (a.dry_run) return std::nullopt;
   const SweepResult result = run_sweep(http, o);
   audit["render"] = "ids";
   audit["task"] = task_config_to_json(task);
@@ -209,10 +343,12 @@ PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, j
   audit["period"] =
       period_report(tally(result.run, "", o.modulus).outcomes, result.summary, o.stats);
   audit["transport"] = transport_json(http.stats());
+  audit["usage"] = usage_json(http.usage());
+  audit["timing"] = timing_json(result.run);
   write_sweep_outputs(a.out, result.label, result.summary, result.meta);
   write_audit_json(a.out, audit);
-  std::cout << terminal_table(result.summary, result.label)
-            << phase_verdict(result.summary).text() << "\n"
+  std::cout << terminal_table(result.summary, result.label) << phase_verdict(result.summary).text()
+            << "\n"
             << sweep_records_line(result);
   std::cout << period_text(audit["period"]);
   return result.summary;
@@ -221,7 +357,7 @@ PhaseSummary audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task, j
 // ---------------------------------------------------------------------------------------------
 // text: real tokenizers.
 
-PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
+std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   if (a.task != "kv") throw Error("--task passkey needs a phasekv-served model (render ids)");
   TextTaskOptions to;
   to.records = a.records;
@@ -247,6 +383,24 @@ PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   mo.generate = a.mode == "generate";
   mo.concurrency = a.concurrency;
   TextAuditMode mode(task, identity, mo);
+  const TextAuditPlan tp = mode.plan(mode.items());
+  AuditPlan plan;
+  plan.items = tp.items;
+  plan.pending = pending_items(a.out, a.examples, a.modulus);
+  plan.longest_prompt = tp.longest_prompt;
+  plan.longest_example = tp.longest_example;
+  plan.new_tokens = mo.generate ? std::max(1, tp.longest_answer) : 1;
+  const bool echo = !mo.generate && http.dialect() == Dialect::kVllm;
+  // Prompt lengths differ between examples: the pending items' share of the whole grid's tokens.
+  plan.prompt_tokens =
+      static_cast<int64_t>(static_cast<double>(tp.prompt_tokens + (echo ? tp.items : 0)) *
+                           plan.pending / std::max<int64_t>(1, tp.items));
+  plan.generated_tokens = plan.pending * plan.new_tokens;
+  plan.requests_per_item = 5;
+  plan.requests_note = "per item: 1 scoring + 4 re-tokenization checks (detokenize, tokenize)";
+  check_budget(http, plan, "--context-len, --n-records or --modulus");
+  print_plan(a, plan, http);
+  if (a.dry_run) return std::nullopt;
   RunOptions ro;
   ro.out_dir = a.out;
   ro.label = "audit";
@@ -262,9 +416,11 @@ PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   const PhaseSummary summary = summarize(t.outcomes, a.modulus, a.stride, stats);
   const std::string label =
       fmt::format("{} text-kv {} M={}", identity.model, identity.padding, a.modulus);
-  int64_t mismatched = 0;
-  for (const auto& [key, r] : run.latest)
+  int64_t mismatched = 0, invalid_utf8 = 0;
+  for (const auto& [key, r] : run.latest) {
     mismatched += r.extra.value("position_ok", true) ? 0 : 1;
+    invalid_utf8 += r.extra.value("output_invalid_utf8", false) ? 1 : 0;
+  }
   audit["render"] = "text";
   audit["task"] = task.describe();
   audit["records"] = {{"outcomes", static_cast<int64_t>(t.outcomes.size())},
@@ -272,9 +428,12 @@ PhaseSummary audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
                       {"resumed", run.resumed},
                       {"errors", t.errors},
                       {"censored", t.censored},
-                      {"position_mismatches", mismatched}};
+                      {"position_mismatches", mismatched},
+                      {"output_invalid_utf8", invalid_utf8}};
   audit["period"] = period_report(t.outcomes, summary, stats);
   audit["transport"] = transport_json(http.stats());
+  audit["usage"] = usage_json(http.usage());
+  audit["timing"] = timing_json(run);
   write_sweep_outputs(a.out, label, summary, audit);
   write_audit_json(a.out, audit);
   std::cout << terminal_table(summary, label) << phase_verdict(summary).text() << "\n";
@@ -305,18 +464,33 @@ void run_audit(const AuditArgs& a) {
   const auto task = served_task(a, *http);
   const bool ids = a.render == "ids" || (a.render == "auto" && task);
   if (a.api == "chat" && !ids)
-    throw Error("--api chat: the server publishes no phasekv task (chat audits of real "
-                "tokenizers are not supported yet); give --task-config FILE for a phasekv model");
+    throw Error(
+        "--api chat: the server publishes no phasekv task (chat audits of real "
+        "tokenizers are not supported yet); give --task-config FILE for a phasekv model");
   if (ids && !task)
     throw Error("--render ids: the server publishes no phasekv task; give --task-config FILE");
-  const PhaseSummary summary =
+  const std::optional<PhaseSummary> done =
       ids ? audit_ids(a, *http, *task, audit) : audit_text(a, *http, audit);
+  if (!done) return;  // --dry-run
+  const PhaseSummary& summary = *done;
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const TransportStats s = http->stats();
+  const UsageTotals u = http->usage();
   std::cout << fmt::format(
       "requests {} ({} retries, {} failed for good), {:.1f} s; wrote {}/audit.json\n", s.requests,
       s.retries, s.failed, secs, a.out);
+  std::cout << fmt::format(
+      "usage (the server's count): {} prompt tokens ({} cached), {} completion tokens over {} "
+      "answers{}\n",
+      u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.answers_with_usage,
+      u.answers_without_usage > 0
+          ? fmt::format("; {} answers carried no usage", u.answers_without_usage)
+          : std::string());
+  if (s.concurrency_decreases > 0)
+    std::cout << fmt::format(
+        "rate limits: {} HTTP 429, concurrency lowered {} times (to {} at least, {} now)\n",
+        s.http_429, s.concurrency_decreases, s.min_concurrency_limit, s.concurrency_limit);
   enforce_sla(a.sla, summary);
   // Error records are left out of the statistics: a finished audit with some of them is not a
   // clean result, and a script must be able to tell (a rerun retries exactly those items).
@@ -357,7 +531,8 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--api", a->api,
                   "completions|chat: score through /v1/completions (token ids) or "
                   "/v1/chat/completions (messages through the server's chat template)");
-  cmd->add_option("--task", a->task, "kv|passkey|lookup: the served task (passkey also on a kv model)");
+  cmd->add_option("--task", a->task,
+                  "kv|passkey|lookup: the served task (passkey also on a kv model)");
   cmd->add_option("--render", a->render,
                   "auto|ids|text: ids for phasekv synthetic models, text for real tokenizers");
   cmd->add_option("--task-config", a->task_config, "task.json for --render ids");
@@ -367,7 +542,14 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--n-records,--records", a->records, "text: key-value records per prompt");
   cmd->add_option("--context-len,--context-tokens", a->context_tokens,
                   "text: body length in tokens before padding");
-  cmd->add_option("--max-context", a->max_context, "override the server's context size");
+  cmd->add_option("--max-context", a->max_context,
+                  "the server's context size in tokens, instead of what it reports");
+  cmd->add_flag("--dry-run", a->dry_run,
+                "print the plan (requests, tokens, time) after the discovery requests and stop");
+  cmd->add_option("--max-retry-after-s", a->max_retry_after_s,
+                  "longest Retry-After (429/503) waited out; longer fails the request");
+  cmd->add_flag("--fixed-concurrency", a->fixed_concurrency,
+                "keep --concurrency on 429s (default: halve it, then creep back)");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
   cmd->add_option("--permutations", a->permutations, "permutations of the period test");
   cmd->add_flag("--keep-prefix-cache", a->keep_prefix_cache,

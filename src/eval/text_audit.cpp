@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "util/error.h"
 
@@ -23,6 +24,23 @@ size_t TextAuditMode::batch_size() const {
   const size_t per_example = static_cast<size_t>(o_.modulus);
   const size_t want = 4 * static_cast<size_t>(std::max(1, o_.concurrency));
   return per_example * std::max<size_t>(1, (want + per_example - 1) / per_example);
+}
+
+TextAuditPlan TextAuditMode::plan(const std::vector<EvalItem>& items) {
+  TextAuditPlan p;
+  std::map<int64_t, TextKvTask::Shape> shapes;
+  for (const auto& it : items) {
+    auto s = shapes.find(it.example_id);
+    if (s == shapes.end()) s = shapes.emplace(it.example_id, task_.shape(it.example_id)).first;
+    ++p.items;
+    p.prompt_tokens += s->second.prompt_tokens;
+    if (s->second.prompt_tokens > p.longest_prompt) {
+      p.longest_prompt = s->second.prompt_tokens;
+      p.longest_example = it.example_id;
+    }
+    p.longest_answer = std::max(p.longest_answer, s->second.answer_tokens);
+  }
+  return p;
 }
 
 std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
@@ -67,7 +85,9 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
       const Generation& g = generated[i];
       r.error = g.error;
       r.prediction = g.tokens.empty() ? -1 : g.tokens.front();
-      r.correct = r.ok() && g.tokens == it.answer;  // exact match of the value
+      // Exact match of the value. Output the server refused as invalid UTF-8 (llama.cpp) is
+      // wrong: the value is ASCII digits, so its tokens always decode to valid text.
+      r.correct = r.ok() && !g.invalid_utf8 && g.tokens == it.answer;
     } else {
       const ScoreResult& s = scored[i];
       r.error = s.error;
@@ -79,6 +99,7 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
     r.extra = {{"retokenizes_identically", checks[i].identical},
                {"measured_key_pos", checks[i].measured_key_pos},
                {"position_ok", checks[i].position_ok()}};
+    if (o_.generate && generated[i].invalid_utf8) r.extra["output_invalid_utf8"] = true;
     out.push_back(std::move(r));
   }
   return out;

@@ -19,6 +19,15 @@ struct TextAuditOptions {
   int concurrency = 8;    // the backend's requests in flight: batches keep them busy
 };
 
+// The prompts of a set of items, known before any is scored (TextAuditMode::plan).
+struct TextAuditPlan {
+  int64_t items = 0;
+  int64_t prompt_tokens = 0;  // summed over the items
+  int longest_prompt = 0;
+  int64_t longest_example = -1;  // the example with the longest prompt
+  int longest_answer = 0;        // value tokens (generate mode's max_tokens)
+};
+
 class TextAuditMode : public EvalMode {
  public:
   // `identity`: model, task ("text-kv"), seed, modulus and padding of the run.
@@ -28,7 +37,8 @@ class TextAuditMode : public EvalMode {
   std::vector<EvalItem> items() const override;
   size_t batch_size() const override;
   std::vector<EvalRecord> evaluate(Backend& backend, const std::vector<EvalItem>& batch) override;
-
+  // Lengths of the items' prompts (each example built once; no scoring request is sent).
+  TextAuditPlan plan(const std::vector<EvalItem>& items);
 
  private:
   TextKvTask& task_;
