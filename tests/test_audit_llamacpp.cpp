@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <regex>
 
 #include "backend/http_client.h"
@@ -302,6 +303,52 @@ TEST(AuditAccounting, UsageShapesOfEveryDialect) {
   EXPECT_EQ(u.prompt, 12);
   EXPECT_EQ(u.completion, 2);
   EXPECT_FALSE(parse_usage(Dialect::kVllm, json::object()).present);
+}
+
+// --request-cache: a rerun with an SLA gate into another directory asks the server nothing;
+// --log-samples: the full prompt text of a few records.
+TEST(AuditAccounting, ARerunFromTheRequestCacheSendsNothingAndLogsSamplePrompts) {
+  FakeLlamaServer server;
+  const fs::path out = test::temp_dir("llama_cache");
+  const std::string cache = "--request-cache " + (out / "cache").string();
+  const Cli first = audit(server, out / "a", cache + " --log-samples 5");
+  ASSERT_EQ(first.status, 0) << first.log;
+  const int sent = server.completions.load();
+  EXPECT_EQ(sent, 48);
+  const Cli second = audit(server, out / "b", cache + " --max-gap 100");
+  ASSERT_EQ(second.status, 0) << second.log;
+  EXPECT_EQ(server.completions.load(), sent) << "every answer came from the cache";
+  const json a = json::parse(read_file((out / "a" / "audit.json").string()));
+  const json b = json::parse(read_file((out / "b" / "audit.json").string()));
+  EXPECT_EQ(b["usage"]["answers_from_request_cache"], 48);
+  EXPECT_EQ(b["usage"]["prompt_tokens"], 0) << "the server counted nothing this run";
+  EXPECT_GT(b["transport"]["request_cache_hits"].get<int>(), 48) << "tokenize calls too";
+  EXPECT_EQ(b["transport"]["request_cache_stores"], 0);
+  EXPECT_EQ(a["period"]["by_residue"], b["period"]["by_residue"]);
+  EXPECT_EQ(a["period"]["detected_period"], b["period"]["detected_period"]);
+  std::map<std::pair<int64_t, int>, EvalRecord> first_records;
+  for (const auto& r : read_results((out / "a" / "results.jsonl").string()).records)
+    first_records[{r.example_id, r.phase}] = r;
+  for (const auto& r : read_results((out / "b" / "results.jsonl").string()).records) {
+    EXPECT_EQ(r.prediction, first_records.at({r.example_id, r.phase}).prediction);
+    EXPECT_EQ(r.target_logprob, first_records.at({r.example_id, r.phase}).target_logprob);
+  }
+  // Five samples spread over the 6 x 8 grid, each the whole prompt of its record.
+  const std::string samples = read_file((out / "a" / "samples.jsonl").string());
+  int n = 0;
+  for (size_t pos = 0, end; (end = samples.find('\n', pos)) != std::string::npos; pos = end + 1) {
+    const json line = json::parse(samples.substr(pos, end - pos));
+    ++n;
+    const EvalRecord& r = first_records.at({line["example_id"], line["phase"]});
+    EXPECT_EQ(line["prompt_tokens"], r.query_pos + 1);
+    EXPECT_EQ(line["key_pos"], r.key_pos);
+    const std::string text = line["prompt_text"];
+    EXPECT_NE(text.find("Question: what is the value of key"), std::string::npos) << text;
+    EXPECT_EQ(server.toy().encode(text, true), line["prompt_ids"].get<std::vector<int32_t>>())
+        << "the text is the whole prompt";
+  }
+  EXPECT_EQ(n, 5);
+  fs::remove_all(out);
 }
 
 // ---------------------------------------------------------------------------------------------

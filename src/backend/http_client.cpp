@@ -73,6 +73,7 @@ std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
   t.retry.max_retry_after_s = o.max_retry_after_s;
   t.adaptive.enabled = o.adaptive_concurrency;
   t.permanent = llamacpp_output_refused;
+  t.cache_dir = o.request_cache;
   t.api_key = read_api_key(o.api_key_env);
   std::unique_ptr<HttpBackend> b(new HttpBackend(o, std::make_unique<Transport>(std::move(t))));
   try {
@@ -189,11 +190,17 @@ UsageTotals HttpBackend::usage() const {
   u.cached_tokens = usage_cached_.load();
   u.answers_with_usage = usage_with_.load();
   u.answers_without_usage = usage_without_.load();
+  u.answers_from_cache = usage_cached_answers_.load();
   return u;
 }
 
 json HttpBackend::post_counted(int slot, const HttpCall& call) {
-  json response = transport_->post(slot, call.route, call.body);
+  bool from_cache = false;
+  json response = transport_->post(slot, call.route, call.body, &from_cache);
+  if (from_cache) {
+    ++usage_cached_answers_;
+    return response;
+  }
   const Usage u =
       parse_usage(call.route == "/v1/chat/completions" ? Dialect::kVllm : dialect_, response);
   if (u.present) {
@@ -411,6 +418,8 @@ json HttpBackend::describe() const {
       {"max_context",
        max_context() == std::numeric_limits<int64_t>::max() ? json(nullptr) : json(max_context())},
       {"adaptive_concurrency", options_.adaptive_concurrency},
+      {"request_cache",
+       options_.request_cache.empty() ? json(nullptr) : json(options_.request_cache)},
       {"max_retry_after_s", options_.max_retry_after_s}};
   const auto limit = context_limit();
   d["context_limit"] = limit

@@ -52,6 +52,7 @@ struct HttpBackendOptions {
   int64_t max_context = 0;           // > 0 overrides what the server reports (--max-context)
   double max_retry_after_s = 120;    // longest Retry-After waited out
   bool adaptive_concurrency = true;  // halve the requests in flight on 429s (http_transport.h)
+  std::string request_cache;         // --request-cache DIR ("" = off; http_transport.h)
 };
 
 // The server's context size and where it was read.
@@ -65,6 +66,7 @@ struct ContextLimit {
 struct UsageTotals {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   int64_t answers_with_usage = 0, answers_without_usage = 0;
+  int64_t answers_from_cache = 0;  // --request-cache hits: not counted above (no server work)
 };
 
 class HttpBackend : public Backend {
@@ -138,7 +140,7 @@ class HttpBackend : public Backend {
   nlohmann::json card_ = nlohmann::json::object();
   std::optional<ContextLimit> server_context_;
   std::atomic<int64_t> usage_prompt_{0}, usage_completion_{0}, usage_cached_{0};
-  std::atomic<int64_t> usage_with_{0}, usage_without_{0};
+  std::atomic<int64_t> usage_with_{0}, usage_without_{0}, usage_cached_answers_{0};
   std::vector<int32_t> chat_prefix_;
 };
 

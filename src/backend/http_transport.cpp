@@ -7,11 +7,14 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <thread>
 
 #include "util/error.h"
+#include "util/fs.h"
+#include "util/hash.h"
 
 namespace phasekv {
 namespace {
@@ -98,6 +101,13 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     clients_.push_back(std::move(c));
   }
   limit_ = min_limit_ = options_.slots;
+  if (!options_.cache_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(options_.cache_dir, ec);
+    if (ec || !std::filesystem::is_directory(options_.cache_dir))
+      throw Error("--request-cache " + options_.cache_dir + ": cannot create the directory (" +
+                  ec.message() + ")");
+  }
 }
 
 Transport::~Transport() = default;
@@ -211,8 +221,29 @@ json Transport::request(int slot, const std::string& method, const std::string& 
   }
 }
 
-json Transport::post(int slot, const std::string& route, const json& body) {
-  return request(slot, "POST", route, body.dump());
+json Transport::post(int slot, const std::string& route, const json& body, bool* from_cache) {
+  if (from_cache) *from_cache = false;
+  if (options_.cache_dir.empty()) return request(slot, "POST", route, body.dump());
+  json keyed = body;
+  if (keyed.is_object()) keyed.erase("cache_salt");  // random per request, not part of the ask
+  const std::string key = "POST " + options_.url.url(route) + "\n" + keyed.dump();
+  const std::string path =
+      (std::filesystem::path(options_.cache_dir) / (fnv1a64_hex(key) + ".json")).string();
+  if (std::filesystem::exists(path)) {
+    try {
+      json entry = json::parse(read_file(path));
+      if (entry.value("request", "") == key && entry.contains("response")) {
+        ++cache_hits_;
+        if (from_cache) *from_cache = true;
+        return std::move(entry["response"]);
+      }
+    } catch (const std::exception&) {  // a torn or foreign file: ask the server again
+    }
+  }
+  json response = request(slot, "POST", route, body.dump());
+  write_file_atomic(path, json({{"request", key}, {"response", response}}).dump() + "\n");
+  ++cache_stores_;
+  return response;
 }
 
 json Transport::get(int slot, const std::string& route) {
@@ -230,6 +261,8 @@ TransportStats Transport::stats() const {
   s.connection_errors = connection_errors_.load();
   s.bad_json = bad_json_.load();
   s.retry_after_waits = retry_after_waits_.load();
+  s.cache_hits = cache_hits_.load();
+  s.cache_stores = cache_stores_.load();
   std::lock_guard<std::mutex> lock(limit_mutex_);
   s.retry_after_wait_s = retry_after_wait_s_;
   s.concurrency_limit = limit_;

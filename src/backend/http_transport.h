@@ -54,6 +54,10 @@ struct TransportOptions {
   // Failures that must not be retried although their status is (a 5xx that the same request
   // will always get again, such as llama.cpp refusing invalid UTF-8 output): (status, body).
   std::function<bool(int, const std::string&)> permanent;
+  // Opt-in cache of successful POST answers (--request-cache DIR): one file per request, keyed
+  // by the endpoint, the route and the exact body (vLLM's random cache_salt left out), so a
+  // rerun sends nothing it has an answer for. "" = off.
+  std::string cache_dir;
 };
 
 // Counters over the transport's lifetime (all attempts of all requests).
@@ -63,11 +67,12 @@ struct TransportStats {
   int64_t retries = 0;
   int64_t failed = 0;  // requests that failed for good
   int64_t http_429 = 0, http_5xx = 0, connection_errors = 0, bad_json = 0;
-  int64_t retry_after_waits = 0;      // retries that waited out a Retry-After header
-  double retry_after_wait_s = 0.0;    // the seconds those waits asked for
-  int concurrency_limit = 0;          // requests allowed in flight now (adaptive)
-  int min_concurrency_limit = 0;      // the lowest the limit went
-  int64_t concurrency_decreases = 0;  // halvings on 429
+  int64_t retry_after_waits = 0;             // retries that waited out a Retry-After header
+  double retry_after_wait_s = 0.0;           // the seconds those waits asked for
+  int concurrency_limit = 0;                 // requests allowed in flight now (adaptive)
+  int min_concurrency_limit = 0;             // the lowest the limit went
+  int64_t concurrency_decreases = 0;         // halvings on 429
+  int64_t cache_hits = 0, cache_stores = 0;  // --request-cache
 };
 
 // A request that failed for good. `retryable` tells whether the last failure was transient.
@@ -88,7 +93,9 @@ class Transport {
 
   // `slot` in [0, slots): the connection to use; a slot must not be used by two threads at once.
   // Returns the parsed JSON body of a 2xx answer; throws RequestFailed after the last attempt.
-  nlohmann::json post(int slot, const std::string& route, const nlohmann::json& body);
+  // `from_cache`, when given, says whether the answer came from the request cache.
+  nlohmann::json post(int slot, const std::string& route, const nlohmann::json& body,
+                      bool* from_cache = nullptr);
   nlohmann::json get(int slot, const std::string& route);
 
   TransportStats stats() const;
@@ -111,7 +118,7 @@ class Transport {
   std::vector<std::unique_ptr<httplib::Client>> clients_;
   std::atomic<int64_t> requests_{0}, attempts_{0}, retries_{0}, failed_{0};
   std::atomic<int64_t> http_429_{0}, http_5xx_{0}, connection_errors_{0}, bad_json_{0};
-  std::atomic<int64_t> retry_after_waits_{0};
+  std::atomic<int64_t> retry_after_waits_{0}, cache_hits_{0}, cache_stores_{0};
   mutable std::mutex limit_mutex_;
   std::condition_variable limit_cv_;
   int limit_ = 1, in_flight_ = 0, min_limit_ = 1, successes_ = 0;

@@ -47,6 +47,8 @@ struct AuditArgs {
   uint64_t seed = 0;
   int records = 8, context_tokens = 512, bootstrap = 2000, permutations = 1000;
   bool keep_prefix_cache = false, dry_run = false, fixed_concurrency = false;
+  std::string request_cache;
+  int log_samples = 0;
   SlaGate sla;
 };
 
@@ -111,7 +113,9 @@ json transport_json(const TransportStats& s) {
           {"retry_after_wait_s", s.retry_after_wait_s},
           {"concurrency_limit_now", s.concurrency_limit},
           {"concurrency_limit_min", s.min_concurrency_limit},
-          {"concurrency_decreases", s.concurrency_decreases}};
+          {"concurrency_decreases", s.concurrency_decreases},
+          {"request_cache_hits", s.cache_hits},
+          {"request_cache_stores", s.cache_stores}};
 }
 
 json usage_json(const UsageTotals& u) {
@@ -120,6 +124,7 @@ json usage_json(const UsageTotals& u) {
           {"cached_tokens", u.cached_tokens},
           {"answers_with_usage", u.answers_with_usage},
           {"answers_without_usage", u.answers_without_usage},
+          {"answers_from_request_cache", u.answers_from_cache},
           {"scope",
            "this run's scoring and generation answers, as the server counted them "
            "(tokenize/detokenize calls and resumed records not included)"}};
@@ -209,6 +214,42 @@ void print_plan(const AuditArgs& a, const AuditPlan& p, const HttpBackend& http)
     std::cerr << plan_text(p, http, a.out);
 }
 
+// --log-samples N: up to N items spread evenly over the (example, phase) grid, each with the
+// full text of its prompt as the server detokenizes it, written to OUT/samples.jsonl (replaced
+// on every run). `prompts` builds the prompts' token ids of the chosen items.
+void write_samples(const AuditArgs& a, HttpBackend& http, const RunResult& run,
+                   const std::function<std::vector<std::vector<int32_t>>(
+                       const std::vector<std::pair<int64_t, int>>&)>& prompts) {
+  if (a.log_samples <= 0) return;
+  const int64_t total = static_cast<int64_t>(a.examples) * a.modulus;
+  const int64_t step = std::max<int64_t>(1, total / a.log_samples);
+  std::vector<std::pair<int64_t, int>> pairs;
+  for (int64_t i = 0; i < total && static_cast<int>(pairs.size()) < a.log_samples; i += step)
+    pairs.push_back({i / a.modulus, static_cast<int>(i % a.modulus)});
+  const auto ids = prompts(pairs);
+  const auto texts = http.detokenize_many(ids);
+  std::string lines;
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    json line = {{"example_id", pairs[i].first},
+                 {"phase", pairs[i].second},
+                 {"prompt_tokens", ids[i].size()},
+                 {"prompt_ids", ids[i]},
+                 {"prompt_text", texts[i]}};
+    const auto r = run.latest.find(ItemKey{"", pairs[i].first, pairs[i].second});
+    if (r != run.latest.end()) {
+      line["key_pos"] = r->second.key_pos;
+      line["target"] = r->second.target;
+      line["prediction"] = r->second.prediction;
+      line["correct"] = r->second.correct;
+      if (!r->second.ok()) line["error"] = r->second.error;
+    }
+    lines += line.dump() + "\n";
+  }
+  write_file_atomic((fs::path(a.out) / "samples.jsonl").string(), lines);
+  std::cerr << fmt::format("audit: wrote {} sample prompts to {}/samples.jsonl\n", pairs.size(),
+                           a.out);
+}
+
 json timing_json(const RunResult& run) {
   return {{"scoring_seconds", run.seconds},
           {"items_scored", run.scored},
@@ -233,6 +274,7 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
   o.max_context = a.max_context;
   o.max_retry_after_s = a.max_retry_after_s;
   o.adaptive_concurrency = !a.fixed_concurrency;
+  o.request_cache = a.request_cache;
   return o;
 }
 
@@ -342,6 +384,14 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
                       {"censored", result.censored}};
   audit["period"] =
       period_report(tally(result.run, "", o.modulus).outcomes, result.summary, o.stats);
+  write_samples(a, http, result.run, [&](const std::vector<std::pair<int64_t, int>>& pairs) {
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& [e, r] : pairs)
+      out.push_back(materialize(make_logical_example(task, a.seed, static_cast<uint64_t>(e)),
+                                a.modulus, r, o.padding, false)
+                        .tokens);
+    return out;
+  });
   audit["transport"] = transport_json(http.stats());
   audit["usage"] = usage_json(http.usage());
   audit["timing"] = timing_json(result.run);
@@ -431,6 +481,11 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
                       {"position_mismatches", mismatched},
                       {"output_invalid_utf8", invalid_utf8}};
   audit["period"] = period_report(t.outcomes, summary, stats);
+  write_samples(a, http, run, [&](const std::vector<std::pair<int64_t, int>>& pairs) {
+    std::vector<std::vector<int32_t>> out;
+    for (auto& item : task.build(pairs)) out.push_back(std::move(item.tokens));
+    return out;
+  });
   audit["transport"] = transport_json(http.stats());
   audit["usage"] = usage_json(http.usage());
   audit["timing"] = timing_json(run);
@@ -482,10 +537,13 @@ void run_audit(const AuditArgs& a) {
       s.retries, s.failed, secs, a.out);
   std::cout << fmt::format(
       "usage (the server's count): {} prompt tokens ({} cached), {} completion tokens over {} "
-      "answers{}\n",
+      "answers{}{}\n",
       u.prompt_tokens, u.cached_tokens, u.completion_tokens, u.answers_with_usage,
       u.answers_without_usage > 0
           ? fmt::format("; {} answers carried no usage", u.answers_without_usage)
+          : std::string(),
+      u.answers_from_cache > 0
+          ? fmt::format("; {} answers from --request-cache (not sent)", u.answers_from_cache)
           : std::string());
   if (s.concurrency_decreases > 0)
     std::cout << fmt::format(
@@ -548,6 +606,12 @@ void register_audit(CLI::App& app) {
                 "print the plan (requests, tokens, time) after the discovery requests and stop");
   cmd->add_option("--max-retry-after-s", a->max_retry_after_s,
                   "longest Retry-After (429/503) waited out; longer fails the request");
+  cmd->add_option("--request-cache", a->request_cache,
+                  "DIR: keep every answer, keyed by the exact request, and reuse it on reruns");
+  cmd->add_option("--log-samples", a->log_samples,
+                  "write the full prompt text of N items spread over the grid to "
+                  "OUT/samples.jsonl")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--fixed-concurrency", a->fixed_concurrency,
                 "keep --concurrency on 429s (default: halve it, then creep back)");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
