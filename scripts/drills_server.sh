@@ -3,7 +3,8 @@
 # 40 stalled clients and oversize bodies (chunked 120 MB, Content-Length 10^12), with GET /health
 # every 100 ms throughout; then repeated large requests (64 prompts x 360 tokens, echo,
 # logprobs 20: 485,184 log-probability entries each, from 4 clients at once) with the server's
-# RSS before, during and after, and one over the cap (--max-logprob-entries 500000) refused.
+# RSS before, during and after (the end at most 1.5 x the first quarter), and one over the cap
+# (--max-logprob-entries 500000) refused.
 # Prints every figure; exit 1 when a check fails.
 #
 #   bash scripts/drills_server.sh [--bin build/phasekv] [--model models/lookup-chunked]
@@ -159,6 +160,9 @@ print(f"  {len(statuses)} requests in {time.time() - t0:.0f} s, statuses {sorted
 print("  RSS MB: before " + f"{rss[0]:.0f}" + ", after each quarter " +
       ", ".join(f"{x:.0f}" for x in rss[1:-1]) + f", at the end {rss[-1]:.0f}; peak {peak[0]:.0f}")
 check(all(s == 200 for s in statuses), "large requests all 200")
+# Bounded: after the first quarter (the allocator's working set), RSS grows by at most half again.
+check(rss[-1] <= 1.5 * rss[1],
+      f"RSS bounded: {rss[-1]:.0f} MB at the end <= 1.5 x {rss[1]:.0f} MB after the first quarter")
 c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 s, data = request(c, "POST", "/v1/completions", dict(big, prompt=[prompt(480) for _ in range(64)]))
 check(s == 400 and b"--max-logprob-entries" in data,
