@@ -167,9 +167,12 @@ TEST(ServerBodies, ChunkedBodyUnderTheLimitIsServed) {
 
 TEST(ServerBodies, BadOrAbsurdContentLengthIsAnsweredAtOnce) {
   Served s(small_options());
-  const std::vector<std::pair<std::string, int>> cases = {
-      {"-5", 400}, {"abc", 400}, {"12 34", 400}, {"1000000000000", 413},
-      {"99999999999999999999999999", 413}, {"65537", 413}};
+  const std::vector<std::pair<std::string, int>> cases = {{"-5", 400},
+                                                          {"abc", 400},
+                                                          {"12 34", 400},
+                                                          {"1000000000000", 413},
+                                                          {"99999999999999999999999999", 413},
+                                                          {"65537", 413}};
   for (const auto& [value, status] : cases) {
     Raw c(s.port(), 3);
     const auto t = Clock::now();
@@ -289,9 +292,9 @@ TEST(ServerSlowClients, FullQueueAnswers503WithRetryAfterAndRecovers) {
   ASSERT_EQ(s.server().waiting_requests(), 2);
   Raw extra(s.port(), 2);
   const auto t = Clock::now();
-  ASSERT_TRUE(extra.send(head("POST", "/tokenize",
-                              "Content-Length: " + std::to_string(kTokenize.size()) + "\r\n") +
-                         kTokenize));
+  ASSERT_TRUE(extra.send(
+      head("POST", "/tokenize", "Content-Length: " + std::to_string(kTokenize.size()) + "\r\n") +
+      kTokenize));
   const std::string r = extra.response();
   EXPECT_EQ(status_of(r), 503) << r;
   EXPECT_NE(r.find("Retry-After: 1"), std::string::npos) << r;
@@ -404,8 +407,11 @@ TEST(ServerRoutes, LogprobEntriesPerRequestAreCapped) {
 TEST(ServerRoutes, UnknownFieldsAreIgnoredAndNamed) {
   Served s(small_options());
   httplib::Client c("127.0.0.1", s.port());
-  json body = {{"prompt", {3, 4, 5}}, {"max_tokens", 2}, {"temperature", 0},
-               {"presence_penalty", 0.5}, {"frobnicate", true}};
+  json body = {{"prompt", {3, 4, 5}},
+               {"max_tokens", 2},
+               {"temperature", 0},
+               {"presence_penalty", 0.5},
+               {"frobnicate", true}};
   auto res = c.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
   ASSERT_EQ(res->status, 200) << res->body;

@@ -13,8 +13,8 @@
 
 #include "backend/local_backend.h"
 #include "cli/commands.h"
-#include "model/model_dir.h"
 #include "io/tokenizer.h"
+#include "model/model_dir.h"
 #include "server/server.h"
 #include "util/error.h"
 #include "util/threads.h"

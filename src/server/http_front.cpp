@@ -51,20 +51,28 @@ HeadCheck fail(HeadCheck h, int status, std::string message) {
 
 const char* reason(int status) {
   switch (status) {
-    case 400: return "Bad Request";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+    case 400:
+      return "Bad Request";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Error";
   }
 }
 
 Clock::time_point after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(seconds));
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 // Milliseconds until t, rounded up, at most 1 s.
@@ -75,7 +83,9 @@ int ms_until(Clock::time_point t) {
 
 }  // namespace
 
-RequestState* current_request() { return tl_request; }
+RequestState* current_request() {
+  return tl_request;
+}
 
 HeadCheck check_request_head(std::string_view head, size_t max_body_bytes) {
   HeadCheck h;
@@ -136,7 +146,8 @@ HeadCheck check_request_head(std::string_view head, size_t max_body_bytes) {
                                                     : std::to_string(h.content_length)) +
                     " bytes (Content-Length) exceeds the server's limit of " +
                     std::to_string(max_body_bytes) + " bytes (--max-body-bytes)");
-  if (!have_length && !h.chunked && (h.method == "POST" || h.method == "PUT" || h.method == "PATCH"))
+  if (!have_length && !h.chunked &&
+      (h.method == "POST" || h.method == "PUT" || h.method == "PATCH"))
     return fail(h, 411, h.method + " " + h.path + " needs a Content-Length or a chunked body");
   return h;
 }
@@ -284,15 +295,15 @@ class FrontServer::Impl {
     const size_t end = data.find("\r\n\r\n");
     if (end == std::string_view::npos) {
       if (data.size() > o_.max_head_bytes)
-        answer_and_drain(c, 431,
-                         "the request head exceeds " + std::to_string(o_.max_head_bytes) + " bytes");
+        answer_and_drain(
+            c, 431, "the request head exceeds " + std::to_string(o_.max_head_bytes) + " bytes");
       return;
     }
     const HeadCheck h = check_request_head(data.substr(0, end + 4), o_.max_body_bytes);
     if (h.status != 0) return answer_and_drain(c, h.status, h.message);
-    c.light = (h.method == "GET" || h.method == "HEAD") &&
-              std::find(o_.light_paths.begin(), o_.light_paths.end(), h.path) !=
-                  o_.light_paths.end();
+    c.light =
+        (h.method == "GET" || h.method == "HEAD") &&
+        std::find(o_.light_paths.begin(), o_.light_paths.end(), h.path) != o_.light_paths.end();
     Queue& q = c.light ? light_ : main_;
     {
       std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -303,8 +314,7 @@ class FrontServer::Impl {
         return;
       }
     }
-    answer_and_drain(c,
-                     503,
+    answer_and_drain(c, 503,
                      stopping_ ? "the server is stopping"
                                : "the server is busy: " + std::to_string(o_.max_queue) +
                                      " requests are waiting (--max-queue); retry later",
@@ -380,8 +390,7 @@ class FrontServer::Impl {
       c->fd = fd;
       c->deadline = after(o_.idle_timeout_s);
       if (stopping_ || static_cast<int>(conns_.size()) >= o_.max_connections) {
-        answer_and_drain(*c,
-                         503,
+        answer_and_drain(*c, 503,
                          stopping_ ? "the server is stopping"
                                    : "the server has " + std::to_string(o_.max_connections) +
                                          " open connections (--max-connections); retry later",
@@ -600,10 +609,10 @@ class InlineQueue : public httplib::TaskQueue {
 };
 
 FrontServer::FrontServer(ConnectionOptions options)
-    : impl_(std::make_unique<Impl>(
-          std::move(options), [this](httplib::Stream& s, bool last, bool& closed) {
-            return process_request(s, last, closed, nullptr);
-          })) {
+    : impl_(std::make_unique<Impl>(std::move(options),
+                                   [this](httplib::Stream& s, bool last, bool& closed) {
+                                     return process_request(s, last, closed, nullptr);
+                                   })) {
   new_task_queue = [this] { return new InlineQueue(*impl_); };
   const ConnectionOptions& o = impl_->options();
   set_payload_max_length(o.max_body_bytes);
@@ -614,9 +623,13 @@ FrontServer::FrontServer(ConnectionOptions options)
 
 FrontServer::~FrontServer() = default;
 
-const ConnectionOptions& FrontServer::connection_options() const { return impl_->options(); }
+const ConnectionOptions& FrontServer::connection_options() const {
+  return impl_->options();
+}
 
-int FrontServer::waiting() const { return impl_->waiting(); }
+int FrontServer::waiting() const {
+  return impl_->waiting();
+}
 
 bool FrontServer::process_and_close_socket(socket_t sock) {
   impl_->adopt(sock);

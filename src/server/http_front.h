@@ -28,10 +28,10 @@
 namespace phasekv {
 
 struct ConnectionOptions {
-  int workers = 32;        // threads that run requests (the model work)
-  int light_workers = 2;   // threads for the GET routes in light_paths
+  int workers = 32;       // threads that run requests (the model work)
+  int light_workers = 2;  // threads for the GET routes in light_paths
   int max_connections = 512;
-  int max_queue = 64;      // requests with a complete head waiting for a worker; more: 503
+  int max_queue = 64;           // requests with a complete head waiting for a worker; more: 503
   double read_timeout_s = 10;   // a request's head and body must arrive within this
   double idle_timeout_s = 5;    // a keep-alive connection without a request is closed after this
   double write_timeout_s = 60;  // a client that reads nothing for this long is dropped

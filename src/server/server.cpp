@@ -7,10 +7,10 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <ctime>
 #include <map>
-#include <csignal>
 #include <thread>
 
 #include "model/model_dir.h"
@@ -90,9 +90,8 @@ std::string body_limit_message(size_t max_body_bytes) {
 // The methods each route answers (a known path with another method gets 405 and Allow).
 const std::map<std::string, std::string>& route_methods() {
   static const std::map<std::string, std::string> m = {
-      {"/health", "GET, HEAD"},        {"/version", "GET, HEAD"},
-      {"/v1/models", "GET, HEAD"},     {"/v1/completions", "POST"},
-      {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
+      {"/health", "GET, HEAD"},    {"/version", "GET, HEAD"},        {"/v1/models", "GET, HEAD"},
+      {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
       {"/detokenize", "POST"}};
   return m;
 }
@@ -109,8 +108,8 @@ CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordToke
       engine_(std::make_unique<ModelEngine>(backend)) {
   // Each worker is a thread: 100000 of them brought a 2-core machine to a load of 228.
   if (options_.threads < 1 || options_.threads > kMaxHttpThreads)
-    throw Error("--threads is " + std::to_string(options_.threads) +
-                " (allowed: 1.." + std::to_string(kMaxHttpThreads) + " HTTP worker threads)");
+    throw Error("--threads is " + std::to_string(options_.threads) + " (allowed: 1.." +
+                std::to_string(kMaxHttpThreads) + " HTTP worker threads)");
   if (!(options_.read_timeout_s >= 0.01 && options_.read_timeout_s <= 3600))
     throw Error("--read-timeout is " + std::to_string(options_.read_timeout_s) +
                 " (allowed: 0.01..3600 seconds)");
@@ -197,15 +196,16 @@ void CompletionServer::routes() {
       res.set_header("Allow", route->second);
       send_json(res, 405,
                 error_body(405, "invalid_request_error",
-                           req.method + " is not allowed on " + req.path + " (allowed: " +
-                               route->second + ")"));
+                           req.method + " is not allowed on " + req.path +
+                               " (allowed: " + route->second + ")"));
     } else if (res.status == 408) {
       send_json(res, 408,
                 error_body(408, "invalid_request_error",
                            "the request body did not arrive within the server's --read-timeout"));
     } else if (res.status == 413) {
-      send_json(res, 413,
-                error_body(413, "invalid_request_error", body_limit_message(options_.max_body_bytes)));
+      send_json(
+          res, 413,
+          error_body(413, "invalid_request_error", body_limit_message(options_.max_body_bytes)));
     } else if (res.status == 404) {
       send_json(res, 404,
                 error_body(404, "not_found_error",
@@ -271,8 +271,9 @@ std::optional<std::string> CompletionServer::read_body(const httplib::ContentRea
   if (state) state->close = true;  // the body was not read to its end
   res.set_header("Connection", "close");
   if (over || (state && state->over_budget))
-    send_json(res, 413,
-              error_body(413, "invalid_request_error", body_limit_message(options_.max_body_bytes)));
+    send_json(
+        res, 413,
+        error_body(413, "invalid_request_error", body_limit_message(options_.max_body_bytes)));
   else if (state && state->timed_out)
     send_json(res, 408,
               error_body(408, "invalid_request_error",
@@ -371,10 +372,9 @@ int CompletionServer::bind() {
   if (port < 0) {
     const int err = errno;
     throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                (err == EADDRINUSE
-                     ? ": address in use (another server listens on this port)"
-                     : " (address in use, or not an address of this machine: " +
-                           std::string(std::strerror(err)) + ")"));
+                (err == EADDRINUSE ? ": address in use (another server listens on this port)"
+                                   : " (address in use, or not an address of this machine: " +
+                                         std::string(std::strerror(err)) + ")"));
   }
   static_cast<ListenServer&>(*http_).raise_backlog(1024);
   return port;
@@ -392,9 +392,13 @@ void CompletionServer::stop() {
   http_->stop();
 }
 
-int CompletionServer::waiting_requests() const { return http_->waiting(); }
+int CompletionServer::waiting_requests() const {
+  return http_->waiting();
+}
 
-int64_t CompletionServer::tokens_generated() const { return engine_->tokens_generated(); }
+int64_t CompletionServer::tokens_generated() const {
+  return engine_->tokens_generated();
+}
 
 bool CompletionServer::running() const {
   return http_->is_running();

@@ -65,10 +65,10 @@ struct ServerOptions {
   // Log-probability entries one request may ask for: over its prompts, (prompt tokens with
   // echo + max_tokens) x (logprobs + 1). Bounds the memory of one answer.
   int64_t max_logprob_entries = int64_t{1} << 20;
-  double read_timeout_s = 10;  // a request's head and body must arrive within this (408)
-  int max_queue = 64;          // requests waiting for a thread; more get 503 + Retry-After
-  int max_connections = 512;   // open connections; more get 503 + Retry-After
-  std::string served_name;     // "" = the backend's model_id()
+  double read_timeout_s = 10;   // a request's head and body must arrive within this (408)
+  int max_queue = 64;           // requests waiting for a thread; more get 503 + Retry-After
+  int max_connections = 512;    // open connections; more get 503 + Retry-After
+  std::string served_name;      // "" = the backend's model_id()
   std::ostream* log = nullptr;  // one line per request; nullptr: silent
 };
 

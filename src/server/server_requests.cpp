@@ -97,7 +97,8 @@ void check_logprob_entries(int64_t entries, const std::string& param, const std:
                    how + "); the server allows at most " +
                    std::to_string(limits.max_logprob_entries) +
                    " per request (--max-logprob-entries): send fewer prompts per request or a "
-                   "smaller '" + param + "'");
+                   "smaller '" +
+                   param + "'");
 }
 
 void check_model(const json& body, const ModelLimits& limits) {
@@ -189,8 +190,8 @@ SamplingRequest parse_sampling(const json& body, const ModelLimits& limits,
   if (const json* salt = field(body, "cache_salt"); salt && !salt->is_string())
     bad("cache_salt", "'cache_salt' must be a string, not " + type_name(*salt));
   SamplingRequest r;
-  r.max_tokens = static_cast<int>(get_int(body, max_tokens_key, 16, 0, limits.max_tokens,
-                                          "; the server's --max-tokens-limit"));
+  r.max_tokens = static_cast<int>(
+      get_int(body, max_tokens_key, 16, 0, limits.max_tokens, "; the server's --max-tokens-limit"));
   r.temperature = get_number(body, "temperature", 1.0, 0.0, 100.0);
   r.top_p = get_number(body, "top_p", 1.0, 1e-9, 1.0);
   r.top_k = static_cast<int>(get_int(body, "top_k", 0, -1, 1 << 30));
@@ -204,13 +205,12 @@ SamplingRequest parse_sampling(const json& body, const ModelLimits& limits,
   r.stream = get_bool(body, "stream", false);
   if (const json* so = field(body, "stream_options")) {
     // As vLLM: options of a stream that was not asked for are a mistake, not a no-op.
-    if (!r.stream)
-      bad("stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (!r.stream) bad("stream_options", "'stream_options' is only allowed with 'stream': true");
     if (!so->is_object())
       bad("stream_options", "'stream_options' must be an object, not " + type_name(*so));
     if (const json* u = field(*so, "include_usage"); u && !u->is_boolean())
-      bad("stream_options", "'stream_options.include_usage' must be true or false, not " +
-                                type_name(*u));
+      bad("stream_options",
+          "'stream_options.include_usage' must be true or false, not " + type_name(*u));
     r.include_usage = so->value("include_usage", false);
   }
   return r;
@@ -267,10 +267,10 @@ ChatRequest parse_chat(const json& body, const ModelLimits& limits) {
   r.prompt = render_chat(body, limits, get_bool(body, "add_special_tokens", false));
   check_lengths({r.prompt}, r.max_tokens, limits, "messages");
   if (r.logprobs)
-    check_logprob_entries(int64_t{r.max_tokens} * (r.top_logprobs + 1), "top_logprobs",
-                          std::to_string(r.max_tokens) + " tokens x (" +
-                              std::to_string(r.top_logprobs) + " + 1)",
-                          limits);
+    check_logprob_entries(
+        int64_t{r.max_tokens} * (r.top_logprobs + 1), "top_logprobs",
+        std::to_string(r.max_tokens) + " tokens x (" + std::to_string(r.top_logprobs) + " + 1)",
+        limits);
   return r;
 }
 
@@ -295,21 +295,41 @@ TokenizeRequest parse_tokenize(const json& body, const ModelLimits& limits) {
 }
 
 std::vector<std::string> unknown_fields(const json& body, const std::string& route) {
-  static const std::vector<std::string> sampling = {
-      "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "n", "best_of",
-      "cache_salt", "return_tokens_as_token_ids", "return_token_ids", "stream", "stream_options",
-      "stop", "stop_token_ids", "add_special_tokens", "echo", "logprobs", "user"};
+  static const std::vector<std::string> sampling = {"model",
+                                                    "max_tokens",
+                                                    "temperature",
+                                                    "top_p",
+                                                    "top_k",
+                                                    "seed",
+                                                    "n",
+                                                    "best_of",
+                                                    "cache_salt",
+                                                    "return_tokens_as_token_ids",
+                                                    "return_token_ids",
+                                                    "stream",
+                                                    "stream_options",
+                                                    "stop",
+                                                    "stop_token_ids",
+                                                    "add_special_tokens",
+                                                    "echo",
+                                                    "logprobs",
+                                                    "user"};
   std::vector<std::string> known;
   if (route == "/v1/completions") {
     known = sampling;
     known.push_back("prompt");
   } else if (route == "/v1/chat/completions") {
     known = sampling;
-    known.insert(known.end(), {"messages", "max_completion_tokens", "top_logprobs",
-                               "chat_template", "add_generation_prompt", "continue_final_message"});
+    known.insert(known.end(), {"messages", "max_completion_tokens", "top_logprobs", "chat_template",
+                               "add_generation_prompt", "continue_final_message"});
   } else if (route == "/tokenize") {
-    known = {"model", "prompt", "messages", "add_special_tokens", "return_token_strs",
-             "add_generation_prompt", "continue_final_message"};
+    known = {"model",
+             "prompt",
+             "messages",
+             "add_special_tokens",
+             "return_token_strs",
+             "add_generation_prompt",
+             "continue_final_message"};
   } else if (route == "/detokenize") {
     known = {"model", "tokens"};
   }
