@@ -216,6 +216,15 @@ TEST(LlamacppContext, APromptOfNctxTokensIsRejectedSoTheLimitIsNctxMinusOne) {
   o.max_context = 32;
   EXPECT_EQ(HttpBackend::open(o)->context_limit()->source, "--max-context");
   EXPECT_EQ(HttpBackend::open(o)->max_context(), 31);
+  // A --max-context above the server's: the server's 400 becomes an error that says a rerun
+  // cannot help, and it is not retried.
+  o.max_context = 1000;
+  auto over = HttpBackend::open(o);
+  const std::string rejected = over->score({{full, x}})[0].error;
+  EXPECT_NE(rejected.find("HTTP 400"), std::string::npos) << rejected;
+  EXPECT_NE(rejected.find("exceed_context_size_error"), std::string::npos) << rejected;
+  EXPECT_NE(rejected.find("a rerun will not help"), std::string::npos) << rejected;
+  EXPECT_EQ(over->stats().retries, 0);
 }
 
 TEST(LlamacppContext, AnOverlongAuditIsRefusedUpFrontNamingPromptLimitAndSource) {

@@ -223,6 +223,17 @@ CallParams HttpBackend::call_params() const {
   return p;
 }
 
+std::string HttpBackend::failure_text(const RequestFailed& e) const {
+  std::string text = e.what();
+  if (context_rejection(e.status, e.body))
+    text +=
+        " -- the prompt does not fit the server's context, so a rerun will not help: the "
+        "audit checks its prompts against the context size before sending when it knows "
+        "it (--max-context N" +
+        std::string(options_.max_context > 0 ? " is larger than the server's" : "") + ")";
+  return text;
+}
+
 std::string HttpBackend::request_error(const std::vector<int32_t>& context, int new_tokens) const {
   if (context.empty()) return "empty context (the model needs at least one token)";
   if (static_cast<int64_t>(context.size()) > max_prompt(new_tokens)) {
@@ -307,7 +318,7 @@ ScoreResult HttpBackend::score_one(int slot, const ScoreRequest& r) {
     out.argmax_logprob = g.first_logprob.value_or(std::numeric_limits<double>::quiet_NaN());
     out.target_logprob = std::numeric_limits<double>::quiet_NaN();
   } catch (const RequestFailed& e) {
-    out.error = e.what();
+    out.error = failure_text(e);
   } catch (const ProtocolError& e) {
     out.error = transport_->url().origin() + ": unexpected response: " + e.what();
   } catch (const std::exception& e) {
@@ -339,7 +350,7 @@ std::vector<Generation> HttpBackend::generate_many(
       if (llamacpp_output_refused(e.status, e.body))
         g.invalid_utf8 = true;  // a scored outcome: the output is not valid text
       else
-        g.error = e.what();
+        g.error = failure_text(e);
     } catch (const std::exception& e) {
       g.error = e.what();
     }

@@ -127,6 +127,8 @@ class HttpBackend : public Backend {
   void learn_chat_template(int slot);
   std::string chat_content(int slot, const std::vector<int32_t>& context);
   std::string request_error(const std::vector<int32_t>& context, int new_tokens) const;
+  // A request's final failure for its record; a context rejection says a rerun cannot help.
+  std::string failure_text(const RequestFailed& e) const;
   // POST a scoring or generation call and add its usage to the totals.
   nlohmann::json post_counted(int slot, const HttpCall& call);
   // Generate mode, llama.cpp refused the greedy output (invalid UTF-8): the greedy token read

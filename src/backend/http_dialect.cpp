@@ -360,6 +360,14 @@ bool llamacpp_output_refused(int status, const std::string& body) {
          body.find("produced output that does not match the expected") != std::string::npos;
 }
 
+bool context_rejection(int status, const std::string& body) {
+  if (status != 400) return false;
+  for (const char* marker : {"exceed_context_size_error", "maximum context length",
+                             "context length", "exceeds the available context size"})
+    if (body.find(marker) != std::string::npos) return true;
+  return false;
+}
+
 int64_t positions_needed(Dialect d, bool chat, bool echo_target, size_t context, int new_tokens) {
   const auto n =
       static_cast<int64_t>(context) + (echo_target && !chat ? 1 : 0) + std::max(new_tokens, 1);

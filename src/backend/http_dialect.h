@@ -93,6 +93,10 @@ constexpr double kLlamacppTargetBias = 1000.0;
 // gets it again, so it is not retried (a scored outcome in generate mode, http_client.h).
 bool llamacpp_output_refused(int status, const std::string& body);
 
+// A 400 that says the prompt does not fit the context: llama.cpp's exceed_context_size_error,
+// vLLM's "maximum context length", SGLang's "longer than the model's context length".
+bool context_rejection(int status, const std::string& body);
+
 // Context positions one request occupies by the dialect's own rule, for a context of `context`
 // tokens and `new_tokens` generated: vLLM scores with the target echoed (context + 1 +
 // max_tokens <= max_model_len), SGLang rejects input + max_new_tokens == context_len, llama.cpp
