@@ -65,6 +65,19 @@ TEST(Config, ErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_NE(msg.find("multiple of n_kv_heads"), std::string::npos) << msg;
 
   j = base_json();
+  j["attention"]["grid_offset"] = 4;  // stride 4: allowed 0..3
+  j["layers"][0]["grid_offset"] = 0;  // layer 0 is full attention
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("'grid_offset' must be in [0, stride) = [0, 4), got 4"), std::string::npos)
+      << msg;
+  j["attention"]["grid_offset"] = 3;
+  j["layers"][0].erase("grid_offset");  // layer 0 (full attention) inherits 3
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("layers[0]: 'grid_offset' applies to chunked layers only"),
+            std::string::npos)
+      << msg;
+
+  j = base_json();
   j["d_model"] = "big";
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
   EXPECT_NE(msg.find("'d_model' has the wrong type"), std::string::npos) << msg;

@@ -91,6 +91,39 @@ TEST(Visibility, EntryBecomesVisibleAtTheTokenThatCompletesIt) {
   }
 }
 
+// A grid moved o tokens earlier: entry j ends at jS+S-1-o and is visible from that token on;
+// the uncompressed tail starts where the last visible entry ends.
+TEST(Visibility, GridOffsetMovesTheBoundaries) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 4;
+  for (int o : {1, 2, 3}) {
+    a.grid_offset = o;
+    for (int64_t j : {0, 1, 5}) {
+      const int64_t end = j * 4 + 3 - o;  // the token that completes entry j
+      auto q = torch::tensor({end - 1, end}, torch::kInt64);
+      auto vis = entry_visibility(a, q, 0, j + 1);
+      if (end - 1 >= 0) {
+        EXPECT_FALSE(vis[0][j].item<bool>()) << "o=" << o << " j=" << j;
+      }
+      EXPECT_TRUE(vis[1][j].item<bool>()) << "o=" << o << " j=" << j;
+      EXPECT_EQ(visible_entries(a, end), j + 1);
+      EXPECT_EQ(complete_entries(a, end + 1), j + 1);
+    }
+  }
+  a.grid_offset = 1;
+  a.uncompressed_tail = true;
+  a.n_win = 0;
+  // Entries end at 2, 6, 10: a query at 9 sees entries 0 and 1 (up to 6) and the tail 7..9.
+  auto vis = raw_visibility(a, torch::tensor({9}, torch::kInt64), torch::arange(12, torch::kInt64));
+  std::vector<int64_t> seen;
+  for (int64_t p = 0; p < 12; ++p)
+    if (vis[0][p].item<bool>()) seen.push_back(p);
+  EXPECT_EQ(seen, (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(raw_keep_from(a, 9), 7);
+}
+
 TEST(Visibility, RawWindowAndTail) {
   AttentionConfig a;
   a.kind = AttentionKind::kChunked;
@@ -180,43 +213,48 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
 // W = S, for two lanes (W = 2S) and for a width that is not a multiple of the stride (W = 6, whose
 // second lane holds 2 slots), in the full forward and from a later tok0 (streaming).
 TEST(Model, PerSlotPayloadsUseEachSlotsOwnMap) {
-  for (int64_t W : {4, 6, 8}) {
-    AttentionConfig a;
-    a.kind = AttentionKind::kChunked;
-    a.stride = 4;
-    a.width = static_cast<int>(W);
-    a.gate = GateKind::kMean;
-    a.payload = PayloadKind::kPerSlot;
-    a.entry_norm = false;
-    a.entry_rope = EntryRope::kNone;
-    auto cfg = tiny_config(a);
-    cfg.qkv_bias = true;
-    auto m = make_model(cfg, 5);
-    auto& comp = m->blocks[0]->attn->comp;
-    torch::NoGradGuard g;
-    auto x = torch::randn({1, 20, cfg.d_model});
-    auto unused = torch::Tensor();
-    auto [K, V] = comp->pool(comp->project(x, unused, unused, 0), 0, 0, 5);
-    for (int64_t j = 0; j < 5; ++j) {
-      auto k_sum = torch::zeros({16}), v_sum = torch::zeros({16});
-      int64_t n = 0;
-      for (int64_t i = 0; i < W; ++i) {
-        const int64_t p = j * 4 + 4 - W + i;
-        if (p < 0) continue;
-        k_sum += torch::mv(comp->payload_k[i], x[0][p]) + comp->bias_payload_k[i];
-        v_sum += torch::mv(comp->payload_v[i], x[0][p]) + comp->bias_payload_v[i];
-        ++n;
+  for (int64_t W : {4, 6, 8})
+    for (int o : {0, 1, 3}) {  // o: grid_offset, the grid moved o tokens earlier
+      AttentionConfig a;
+      a.kind = AttentionKind::kChunked;
+      a.stride = 4;
+      a.width = static_cast<int>(W);
+      a.grid_offset = o;
+      a.gate = GateKind::kMean;
+      a.payload = PayloadKind::kPerSlot;
+      a.entry_norm = false;
+      a.entry_rope = EntryRope::kNone;
+      auto cfg = tiny_config(a);
+      cfg.qkv_bias = true;
+      auto m = make_model(cfg, 5);
+      auto& comp = m->blocks[0]->attn->comp;
+      torch::NoGradGuard g;
+      auto x = torch::randn({1, 20, cfg.d_model});
+      auto unused = torch::Tensor();
+      auto [K, V] = comp->pool(comp->project(x, unused, unused, 0), 0, 0, 5);
+      for (int64_t j = 0; j < 5; ++j) {
+        auto k_sum = torch::zeros({16}), v_sum = torch::zeros({16});
+        int64_t n = 0;
+        for (int64_t i = 0; i < W; ++i) {
+          const int64_t p = j * 4 + 4 - W - o + i;
+          if (p < 0) continue;
+          k_sum += torch::mv(comp->payload_k[i], x[0][p]) + comp->bias_payload_k[i];
+          v_sum += torch::mv(comp->payload_v[i], x[0][p]) + comp->bias_payload_v[i];
+          ++n;
+        }
+        EXPECT_LT(max_abs_diff(K[0].select(1, j), (k_sum / n).view({2, 8})), 1e-5)
+            << W << " " << o << " " << j;
+        EXPECT_LT(max_abs_diff(V[0].select(1, j), (v_sum / n).view({2, 8})), 1e-5)
+            << W << " " << o << " " << j;
       }
-      EXPECT_LT(max_abs_diff(K[0].select(1, j), (k_sum / n).view({2, 8})), 1e-5) << W << " " << j;
-      EXPECT_LT(max_abs_diff(V[0].select(1, j), (v_sum / n).view({2, 8})), 1e-5) << W << " " << j;
+      // The tokens from entry 3's first slot on, projected on their own (as streaming does, with
+      // their absolute tok0), pool entries 3 and 4 the same way.
+      const int64_t t0 = 3 * 4 + 4 - W - o;
+      auto late =
+          comp->pool(comp->project(x.narrow(1, t0, 20 - t0), unused, unused, t0), t0, 3, 5);
+      EXPECT_LT(max_abs_diff(late.first, K.narrow(2, 3, 2)), 1e-6) << W << " " << o;
+      EXPECT_LT(max_abs_diff(late.second, V.narrow(2, 3, 2)), 1e-6) << W << " " << o;
     }
-    // The tokens from entry 3's first slot on, projected on their own (as streaming does, with
-    // their absolute tok0), pool entries 3 and 4 the same way.
-    const int64_t t0 = 3 * 4 + 4 - W;
-    auto late = comp->pool(comp->project(x.narrow(1, t0, 20 - t0), unused, unused, t0), t0, 3, 5);
-    EXPECT_LT(max_abs_diff(late.first, K.narrow(2, 3, 2)), 1e-6) << W;
-    EXPECT_LT(max_abs_diff(late.second, V.narrow(2, 3, 2)), 1e-6) << W;
-  }
 }
 
 // The study's tied K/V: an entry's value is its normalised, rotated key, and there is no value

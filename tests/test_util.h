@@ -307,6 +307,22 @@ inline std::vector<Variant> all_variants() {
     v.push_back({"deepseek_style_scalar_twin_per_slot", twin});
   }
   {
+    // Staggered grids (issue 19): layer 1's grid moved 2 tokens earlier, per-slot maps; and a
+    // moved grid with two lanes and an uncompressed tail (its tail starts at S*e - o).
+    auto a = c;
+    a.payload = PayloadKind::kPerSlot;
+    a.n_win = 2;
+    auto cfg = tiny_config(a);
+    cfg.layers[1].grid_offset = 2;
+    v.push_back({"chunked_staggered_offset2_per_slot", cfg});
+    auto b = c;
+    b.width = 8;
+    b.grid_offset = 3;
+    b.uncompressed_tail = true;
+    b.n_win = 0;
+    add("chunked_W8_offset3_tail", b);
+  }
+  {
     auto a = c;
     auto cfg = tiny_config(a);
     cfg.layers[0] = AttentionConfig{};  // hybrid: full then chunked

@@ -20,7 +20,7 @@ const std::set<std::string> kModelKeys = {
 const std::set<std::string> kAttentionKeys = {
     "kind",       "stride",     "width", "gate", "gate_bias",        "tied_kv_gates",
     "entry_norm", "entry_rope", "n_win", "sink", "uncompressed_tail", "payload", "tied_kv",
-    "payload_norm"};
+    "payload_norm", "grid_offset"};
 
 using json_read::check_keys;
 using json_read::read;
@@ -54,6 +54,7 @@ AttentionConfig attention_from_json(const json& j, AttentionConfig a, const std:
   json_read::read_choice(j, "payload", a.payload, kPayloads, where);
   read(j, "tied_kv", a.tied_kv, where);
   read(j, "payload_norm", a.payload_norm, where);
+  read(j, "grid_offset", a.grid_offset, where);
   return a;
 }
 
@@ -74,6 +75,7 @@ json attention_to_json(const AttentionConfig& a) {
   if (a.payload != PayloadKind::kShared) j["payload"] = to_string(a.payload);
   if (a.tied_kv) j["tied_kv"] = true;
   if (a.payload_norm) j["payload_norm"] = true;
+  if (a.grid_offset != 0) j["grid_offset"] = a.grid_offset;
   return j;
 }
 
@@ -116,6 +118,7 @@ std::string describe(const AttentionConfig& a) {
                   " entry_rope=" + to_string(a.entry_rope) + " n_win=" + std::to_string(a.n_win);
   if (a.sink) s += " sink";
   if (a.uncompressed_tail) s += " tail";
+  if (a.grid_offset != 0) s += " offset=" + std::to_string(a.grid_offset);
   return s;
 }
 
@@ -149,6 +152,9 @@ void validate(const ModelConfig& c, const std::string& where) {
     const auto& a = c.layers[i];
     std::string w = where + ": layers[" + std::to_string(i) + "]";
     if (a.n_win < 0) throw Error(w + ": 'n_win' must be >= 0");
+    if (a.grid_offset != 0 && a.kind != AttentionKind::kChunked)
+      throw Error(w + ": 'grid_offset' applies to chunked layers only (got " +
+                  std::to_string(a.grid_offset) + " on a " + to_string(a.kind) + " layer)");
     if (a.kind == AttentionKind::kWindow && a.n_win < 1)
       throw Error(w + ": a window layer needs n_win >= 1");
     if (a.kind != AttentionKind::kChunked) continue;
@@ -156,6 +162,9 @@ void validate(const ModelConfig& c, const std::string& where) {
     if (a.width < a.stride)
       throw Error(w + ": 'width' (" + std::to_string(a.width) + ") must be >= stride (" +
                   std::to_string(a.stride) + ")");
+    if (a.grid_offset < 0 || a.grid_offset >= a.stride)
+      throw Error(w + ": 'grid_offset' must be in [0, stride) = [0, " +
+                  std::to_string(a.stride) + "), got " + std::to_string(a.grid_offset));
     if (a.tied_kv && a.tied_kv_gates)
       throw Error(w + ": 'tied_kv' has no value branch, so 'tied_kv_gates' cannot apply (set one)");
     if (a.tied_kv_gates && a.gate == GateKind::kMean)

@@ -37,6 +37,10 @@ struct AttentionConfig {
   int n_win = 0;      // raw sliding window: the last n_win tokens, the query included
   bool sink = false;  // learned per-head logit in the softmax denominator with zero value
   bool uncompressed_tail = false;  // tokens not yet in a visible entry are visible raw
+  // The grid moved o = grid_offset tokens earlier (0 <= o < S): entry j pools tokens
+  // [jS+S-W-o, jS+S-o), so the layer's entry boundaries fall at positions = S - o (mod S)
+  // instead of 0. Layers with different offsets have staggered grids (docs/ARCHITECTURE.md).
+  int grid_offset = 0;
 
   int lanes() const { return (width + stride - 1) / stride; }
 };

@@ -31,6 +31,10 @@ int check_cyclable(const ModelConfig& cfg, const std::vector<int>& layers,
           "gate-cycle: layer {} has W = {} != S = {}; cycling the gates moves phases only when "
           "every window is one block (W = S)",
           l, a.width, a.stride));
+    if (a.grid_offset != 0)
+      throw Error(fmt::format("gate-cycle: layer {} has grid_offset {}; the cycle's phases are "
+                              "counted on the unshifted grid (allowed: layers with grid_offset 0)",
+                              l, a.grid_offset));
     if (a.gate == GateKind::kMean)
       throw Error(fmt::format("gate-cycle: layer {} has mean gates (uniform averaging): there "
                               "are no gate parameters to cycle (allowed: scalar, vector)",

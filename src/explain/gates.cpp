@@ -115,7 +115,8 @@ std::vector<GateStat> measure_gates(Decoder& model, const GatesOptions& o) {
   for (const auto& [key, parts] : collected) {
     const auto [l, side] = key;
     const AttentionConfig& a = cfg.layers[l];
-    const int64_t j_first = (a.width - a.stride + a.stride - 1) / a.stride;  // first full window
+    // The first entry whose window has no slot before position 0: jS + S - W - o >= 0.
+    const int64_t j_first = (a.width - a.stride + a.grid_offset + a.stride - 1) / a.stride;
     auto w = torch::cat(parts, 0);
     if (j_first >= w.size(1))
       throw Error(fmt::format("layer {}: the contexts ({} tokens) hold no complete window of {} "

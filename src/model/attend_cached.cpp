@@ -56,7 +56,7 @@ void softmax_in_place(torch::Tensor& s) {
 
 // True when the query at t sees every cached key: then no mask is needed. The session's cache
 // holds exactly that after each step (it drops raw tokens before raw_keep_from and pools entries
-// up to (t+1)/S), so this holds for every decode step; anything else takes the general path.
+// up to (t+1+o)/S), so this holds for every decode step; anything else takes the general path.
 bool sees_all_cached(const AttentionConfig& a, int64_t t, const Dims& d, const CachedKeys& keys) {
   const int64_t entries = a.kind == AttentionKind::kChunked ? visible_entries(a, t) : 0;
   if (d.E + d.R == 0 || d.E != entries) return false;
@@ -117,7 +117,7 @@ void mask_ragged(const AttentionConfig& a, torch::Tensor s5, const BlockKeys& b,
   if (b.e_end > b.e_all) {  // entries completed by a later row of the block
     auto j = torch::arange(b.e_all, b.e_end, i64);
     s5.narrow(-1, b.e_all, b.e_end - b.e_all)
-        .masked_fill_(j >= (u + 1).div(a.stride, "floor"), -INFINITY);
+        .masked_fill_(j >= (u + 1 + a.grid_offset).div(a.stride, "floor"), -INFINITY);
   }
   const int64_t col0 = b.e_end;  // column of raw position p: col0 + p - p_first
   // Raw tokens that slid out of the window of some rows: p < raw_keep_from(a, u).

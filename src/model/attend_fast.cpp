@@ -24,12 +24,13 @@ struct Dims {
 };
 
 // Raw visibility of a training forward as a band: raw token t - d is visible to query t iff
-// 0 <= d < span, t - d >= 0 and (d < n_win or d < (t + 1) mod tail_stride). ("span", not
-// "width": W is the compressor's slots per entry.)
+// 0 <= d < span, t - d >= 0 and (d < n_win or d < (t + 1 + tail_offset) mod tail_stride).
+// ("span", not "width": W is the compressor's slots per entry.)
 struct Band {
   int64_t span = 0;
   int64_t n_win = 0;        // the sliding window (full attention: the whole sequence)
   int64_t tail_stride = 0;  // > 0: the uncompressed tail of chunked layers is visible too
+  int64_t tail_offset = 0;  // the layer's grid_offset
 };
 
 // How the raw band is laid out. Queries are cut into nblk blocks of Bq rows (the sequence padded
@@ -68,9 +69,9 @@ Band raw_band(const AttentionConfig& a, int64_t T) {
       break;
     case AttentionKind::kChunked:
       b.n_win = a.n_win;
-      // The tail of query t is [S*floor((t+1)/S), t]: at most S-1 tokens, all ending at t, so
-      // window and tail together are still one band ending at t (no token counted twice).
-      if (a.uncompressed_tail) b.tail_stride = a.stride;
+      // The tail of query t is [S*floor((t+1+o)/S) - o, t]: at most S-1 tokens, all ending at t,
+      // so window and tail together are still one band ending at t (no token counted twice).
+      if (a.uncompressed_tail) b.tail_stride = a.stride, b.tail_offset = a.grid_offset;
       break;
   }
   b.n_win = std::min<int64_t>(b.n_win, T);
@@ -107,7 +108,8 @@ torch::Tensor visible_columns(const AttentionConfig& a, const Band& band, const 
   auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   auto t = torch::arange(lay.Tp, i64).view({lay.nblk, lay.Bq, 1});
   std::vector<torch::Tensor> parts;
-  if (E > 0) parts.push_back(torch::arange(E, i64) < (t + 1).div(a.stride, "floor"));
+  if (E > 0)
+    parts.push_back(torch::arange(E, i64) < (t + 1 + a.grid_offset).div(a.stride, "floor"));
   if (lay.cols > 0) {
     // The offset d behind the row of every band column (see Layout). Keys before position 0 are
     // zero padding (t - d < 0).
@@ -115,7 +117,8 @@ torch::Tensor visible_columns(const AttentionConfig& a, const Band& band, const 
     auto d = lay.diagonal ? l.view({1, 1, lay.cols})
                           : torch::arange(lay.Bq, i64).view({1, lay.Bq, 1}) + lay.front - l;
     auto rule = d < band.n_win;
-    if (band.tail_stride > 0) rule = rule | (d < (t + 1).remainder(band.tail_stride));
+    if (band.tail_stride > 0)
+      rule = rule | (d < (t + 1 + band.tail_offset).remainder(band.tail_stride));
     parts.push_back((d >= 0) & (d < band.span) & (t - d >= 0) & rule);
   }
   return parts.size() == 1 ? parts[0] : torch::cat(parts, -1);

@@ -135,12 +135,13 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* pro
   torch::Tensor ek, ev;
   if (comp) {
     auto tokens = comp->project(x, p.k_lin, p.v_lin, 0);
-    std::tie(ek, ev) = comp->pool(tokens, 0, 0, T / cfg.stride);
+    const int64_t E = complete_entries(cfg, T);
+    std::tie(ek, ev) = comp->pool(tokens, 0, 0, E);
     if (probe && probe->capture_gates) {
-      probe->gate_k = comp->pool_weights(tokens, 0, 0, T / cfg.stride, false).detach();
+      probe->gate_k = comp->pool_weights(tokens, 0, 0, E, false).detach();
       if (!cfg.tied_kv)
         probe->gate_v = tokens.gv.defined()
-                            ? comp->pool_weights(tokens, 0, 0, T / cfg.stride, true).detach()
+                            ? comp->pool_weights(tokens, 0, 0, E, true).detach()
                             : probe->gate_k;
     }
   }
@@ -179,14 +180,15 @@ void AttentionImpl::extend_entries(const torch::Tensor& x, const Projected& p, L
                                    int64_t t_end) {
   if (c.pending.length() == 0) c.pending_start = c.n_tokens;
   c.pending.append(comp->project(x, p.k_lin, p.v_lin, c.n_tokens));
-  const int64_t done = c.n_entries(), complete = t_end / cfg.stride;
+  const int64_t done = c.n_entries(), complete = complete_entries(cfg, t_end);
   if (complete > done) {
     auto [k, v] = comp->pool(c.pending.tokens(), c.pending_start, done, complete);
     c.ent_k.append(k);
     c.ent_v.append(v);
   }
-  // The next entry's window starts at complete*S + S - W; older projected tokens are done.
-  const int64_t keep = std::max<int64_t>(0, complete * cfg.stride + cfg.stride - cfg.width);
+  // The next entry's window starts at complete*S + S - W - o; older projected tokens are done.
+  const int64_t keep = std::max<int64_t>(
+      0, complete * cfg.stride + cfg.stride - cfg.width - cfg.grid_offset);
   if (keep > c.pending_start) {
     c.pending.drop_front(std::min(keep - c.pending_start, c.pending.length()));
     c.pending_start = keep;
@@ -200,7 +202,7 @@ void AttentionImpl::reserve(LayerCache& c, int64_t n_tokens) const {
     c.raw_k.reserve(n_tokens);
     c.raw_v.reserve(n_tokens);
   }
-  const int64_t entries = comp ? n_tokens / cfg.stride : 0;
+  const int64_t entries = comp ? complete_entries(cfg, n_tokens) : 0;
   c.ent_k.reserve(entries);
   c.ent_v.reserve(entries);
   // Decode scores: one row per query head, a column per visible key and the sink.

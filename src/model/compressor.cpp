@@ -70,13 +70,16 @@ CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& 
 }
 
 int64_t CompressorImpl::entry_position(int64_t j) const {
+  // With a grid offset o every position moves o earlier (entry 0's may be negative: RoPE is
+  // defined there, and only differences to the query's position matter).
+  const int64_t o = cfg.grid_offset;
   switch (cfg.entry_rope) {
     case EntryRope::kStart:
-      return j * cfg.stride;
+      return j * cfg.stride - o;
     case EntryRope::kPrev:
-      return (j - 1) * cfg.stride;
+      return (j - 1) * cfg.stride - o;
     case EntryRope::kLast:
-      return j * cfg.stride + cfg.stride - 1;
+      return j * cfg.stride + cfg.stride - 1 - o;
     case EntryRope::kNone:
       return 0;
   }
@@ -99,7 +102,7 @@ torch::Tensor CompressorImpl::gate_scores(const torch::Tensor& x, const torch::T
 }
 
 // Every slot's map applied to every token ([B, T, W, kv], one GEMM), then each token keeps the
-// slot it occupies in each lane's entry: slot W - S(l+1) + p mod S for lane l.
+// slot it occupies in each lane's entry: slot W - S(l+1) + (p + o) mod S for lane l.
 torch::Tensor CompressorImpl::per_slot_payloads(const torch::Tensor& x, const torch::Tensor& maps,
                                                 const torch::Tensor& bias, int64_t tok0) {
   const int64_t B = x.size(0), T = x.size(1), W = cfg.width, S = cfg.stride, L = cfg.lanes();
@@ -107,7 +110,10 @@ torch::Tensor CompressorImpl::per_slot_payloads(const torch::Tensor& x, const to
   auto all = linear(x, maps.to(x.scalar_type()).reshape({W * kv, x.size(2)}), torch::Tensor())
                  .view({B, T, W, kv});
   if (bias.defined()) all = all + bias.to(all.scalar_type());
-  auto p = torch::arange(tok0, tok0 + T, torch::kInt64).remainder(S).unsqueeze(1);
+  // (p + o) mod S: the token's place in its stride block, the grid moved o earlier.
+  auto p = torch::arange(tok0 + cfg.grid_offset, tok0 + cfg.grid_offset + T, torch::kInt64)
+               .remainder(S)
+               .unsqueeze(1);
   // A token's slot in lane l's entry; outside [0, W) when W is not a multiple of S and the token
   // is in no entry of that lane (W8/S6: lane 1 holds only the 2 tokens before each stride). Such
   // rows are never pooled, so the clamp only keeps the gather in bounds.
@@ -171,12 +177,17 @@ torch::Tensor CompressorImpl::weights(const torch::Tensor& scores, const torch::
   return torch::softmax(s, 2);
 }
 
+torch::Tensor CompressorImpl::slot_positions(int64_t j0, int64_t j1) const {
+  const int64_t S = cfg.stride, W = cfg.width;
+  return torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W - cfg.grid_offset) +
+         torch::arange(W, torch::kInt64).unsqueeze(0);
+}
+
 torch::Tensor CompressorImpl::raw_pool_weights(const CompressorTokens& tokens, int64_t tok0,
                                                int64_t j0, int64_t j1, bool value_side) {
-  const int64_t S = cfg.stride, W = cfg.width, n = j1 - j0;
+  const int64_t n = j1 - j0;
   auto dev = tokens.pk.device();
-  auto pos = torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W) +
-             torch::arange(W, torch::kInt64).unsqueeze(0);
+  auto pos = slot_positions(j0, j1);
   auto valid = (pos >= 0).to(dev);
   auto rel = (pos - tok0).clamp_min(0);
   if (n > 0) {
@@ -203,10 +214,9 @@ torch::Tensor CompressorImpl::pool_weights(const CompressorTokens& tokens, int64
 
 std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTokens& tokens,
                                                              int64_t tok0, int64_t j0, int64_t j1) {
-  const int64_t S = cfg.stride, W = cfg.width, n = j1 - j0, B = tokens.pk.size(0);
+  const int64_t W = cfg.width, n = j1 - j0, B = tokens.pk.size(0);
   auto dev = tokens.pk.device();
-  auto pos = torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W) +
-             torch::arange(W, torch::kInt64).unsqueeze(0);
+  auto pos = slot_positions(j0, j1);
   auto valid = (pos >= 0).to(dev);
   auto flat = (pos - tok0).clamp_min(0).flatten().to(dev);
 

@@ -1,4 +1,5 @@
-// The chunked KV compressor: every S tokens, the W tokens [jS+S-W, jS+S) are pooled into entry j.
+// The chunked KV compressor: every S tokens, the W tokens [jS+S-W-o, jS+S-o) are pooled into entry j
+// (o = grid_offset, usually 0).
 //
 // Work is split in two so that the full-sequence forward and the streaming session run the SAME
 // arithmetic: `project` runs once per token (payloads and gate scores), `pool` turns the projected
@@ -16,7 +17,7 @@ namespace phasekv {
 // Per-token projections of a run of consecutive tokens. T is the time dimension (dim 1).
 struct CompressorTokens {
   // Payloads per lane: [B, T, lanes, Hkv, hd]. A token sits in one slot of each lane's entry
-  // (slot i = W - S(l+1) + p mod S for lane l), so per-slot payloads fit the same shape. pv is
+  // (slot i = W - S(l+1) + (p+o) mod S for lane l), so per-slot payloads fit the same shape. pv is
   // undefined with tied_kv (the entry's value is its key).
   torch::Tensor pk, pv;
   torch::Tensor gk, gv;  // gate scores per slot, bias included: scalar [B,T,W,Hkv], vector
@@ -35,7 +36,7 @@ struct CompressorImpl : torch::nn::Module {
   CompressorTokens project(const torch::Tensor& x, const torch::Tensor& k_lin,
                            const torch::Tensor& v_lin, int64_t tok0);
   // Finished entries j in [j0, j1) from projected tokens whose first token is at absolute
-  // position tok0; they must cover positions [max(0, j0*S+S-W), j1*S+S-1]. Returns K, V as
+  // position tok0; they must cover positions [max(0, j0*S+S-W-o), j1*S+S-1-o]. Returns K, V as
   // [B, Hkv, j1-j0, hd]: K normed (if entry_norm) and rotated at the entry position.
   std::pair<torch::Tensor, torch::Tensor> pool(const CompressorTokens& tokens, int64_t tok0,
                                                int64_t j0, int64_t j1);
@@ -73,6 +74,8 @@ struct CompressorImpl : torch::nn::Module {
                               int64_t n);
   torch::Tensor weights(const torch::Tensor& scores, const torch::Tensor& valid, int64_t n,
                         const torch::Tensor& like);
+  // [n, W] int64: the position of every slot of entries [j0, j1) (negative: before the sequence).
+  torch::Tensor slot_positions(int64_t j0, int64_t j1) const;
   // The softmax weights of entries [j0, j1) as pool() uses them ([B or 1, n, W, Hkv or 1(, hd)]).
   torch::Tensor raw_pool_weights(const CompressorTokens& tokens, int64_t tok0, int64_t j0,
                                  int64_t j1, bool value_side);

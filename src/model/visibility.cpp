@@ -5,7 +5,7 @@ namespace phasekv {
 torch::Tensor entry_visibility(const AttentionConfig& a, const torch::Tensor& q_pos, int64_t j0,
                                int64_t n_entries) {
   auto j = torch::arange(j0, j0 + n_entries, q_pos.options());
-  auto limit = (q_pos + 1).div(a.stride, "floor");
+  auto limit = (q_pos + 1 + a.grid_offset).div(a.stride, "floor");
   return j.unsqueeze(0) < limit.unsqueeze(1);
 }
 
@@ -17,7 +17,7 @@ torch::Tensor raw_visibility(const AttentionConfig& a, const torch::Tensor& q_po
   if (a.kind == AttentionKind::kFull) return causal;
   auto in_window = causal & (p > t - a.n_win);
   if (a.kind == AttentionKind::kWindow || !a.uncompressed_tail) return in_window;
-  auto tail_start = (t + 1).div(a.stride, "floor") * a.stride;
+  auto tail_start = (t + 1 + a.grid_offset).div(a.stride, "floor") * a.stride - a.grid_offset;
   return in_window | (causal & (p >= tail_start));
 }
 
@@ -25,7 +25,7 @@ int64_t raw_keep_from(const AttentionConfig& a, int64_t t_next) {
   if (a.kind == AttentionKind::kFull) return 0;
   int64_t from = t_next - a.n_win + 1;
   if (a.kind == AttentionKind::kChunked && a.uncompressed_tail)
-    from = std::min(from, (t_next + 1) / a.stride * a.stride);
+    from = std::min(from, visible_entries(a, t_next) * a.stride - a.grid_offset);
   return std::max<int64_t>(from, 0);
 }
 

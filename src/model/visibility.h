@@ -1,11 +1,13 @@
 // Which cached keys a query may attend to. One place for the rules, shared by the full forward,
 // the streaming session and the tests.
 //
-// Compressed entry j is visible to a query at position t iff j < floor((t+1)/S): the entry becomes
-// visible at the token that completes it (DeepSeek rule). Raw token p is visible iff
+// Compressed entry j is visible to a query at position t iff j < floor((t+1+o)/S), o the layer's
+// grid_offset: the entry becomes visible at the token that completes it (DeepSeek rule; entry j
+// ends at position jS+S-1-o). Raw token p is visible iff
 //   full:    p <= t
 //   window:  t - n_win < p <= t
-//   chunked: t - n_win < p <= t, or (uncompressed_tail and S*floor((t+1)/S) <= p <= t).
+//   chunked: t - n_win < p <= t, or (uncompressed_tail and tail_start(t) <= p <= t), where
+//            tail_start(t) = S*floor((t+1+o)/S) - o is the first token of no visible entry.
 #pragma once
 #include <torch/torch.h>
 
@@ -15,7 +17,11 @@ namespace phasekv {
 
 // Number of entries visible to a query at position t.
 inline int64_t visible_entries(const AttentionConfig& a, int64_t t) {
-  return (t + 1) / a.stride;
+  return (t + 1 + a.grid_offset) / a.stride;
+}
+// Entries completed by the first n tokens (positions 0 .. n-1).
+inline int64_t complete_entries(const AttentionConfig& a, int64_t n) {
+  return visible_entries(a, n - 1);
 }
 
 // [Tq, E] bool: entries j0 .. j0+E-1 against query positions q_pos [Tq] (int64).

@@ -11,9 +11,10 @@ int64_t visible_keys(const AttentionConfig& a, int64_t t) {
     case AttentionKind::kWindow:
       return std::min<int64_t>(t + 1, a.n_win);
     case AttentionKind::kChunked: {
-      const int64_t S = a.stride, entries = (t + 1) / S;
+      const int64_t S = a.stride, entries = (t + 1 + a.grid_offset) / S;
       int64_t raw = std::min<int64_t>(t + 1, a.n_win);
-      if (a.uncompressed_tail) raw = std::max(raw, t + 1 - S * entries);  // tail: [S e, t]
+      // tail: [S e - o, t]
+      if (a.uncompressed_tail) raw = std::max(raw, t + 1 - (S * entries - a.grid_offset));
       return entries + raw;
     }
   }

@@ -54,11 +54,11 @@ LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, in
   const bool raw = a.kind != AttentionKind::kChunked || a.n_win > 0 || a.uncompressed_tail;
   if (raw) b.raw = std::max<int64_t>(0, T - raw_keep_from(a, T)) * token_bytes;
   if (a.kind != AttentionKind::kChunked || T == 0) return b;
-  const int64_t S = a.stride, W = a.width, complete = T / S;
+  const int64_t S = a.stride, W = a.width, complete = complete_entries(a, T);
   b.entries = complete * token_bytes;
   // Partial entry: projected tokens from the next entry's first slot on, each holding one
   // payload pair per lane plus its gate scores for every slot.
-  const int64_t pending = T - std::max<int64_t>(0, complete * S + S - W);
+  const int64_t pending = T - std::max<int64_t>(0, complete * S + S - W - a.grid_offset);
   // Per token: one payload per lane (key and value, or the key alone with tied_kv).
   int64_t per_token = a.lanes() * (a.tied_kv ? 1 : 2) * kv * elem;
   const int64_t gate = a.gate == GateKind::kScalar   ? W * m.n_kv_heads
