@@ -12,8 +12,10 @@
 #        BUILD=0 skips the build (when build/ is current).
 #
 # Second mode, issue 19's comparison on the reproduction suite's reference geometry:
-#        bash scripts/mitigations.sh study [SUITE_DIR] [OUT]
-# (defaults runs/repro/study and runs/mitigations-study). `phasekv mitigations commands` lists
+#        bash scripts/mitigations.sh study [SUITE_DIR] [OUT] [CANDIDATES_DIR]
+# (defaults runs/repro/study, runs/mitigations-study and runs/repro/mitigations: the candidate
+# suite configs/repro/mitigations.toml, trained by `phasekv repro --suite
+# configs/repro/mitigations.toml --out runs/repro/mitigations`; left out when it does not exist). `phasekv mitigations commands` lists
 # the inference sweeps still missing (ensemble 2, 4, 8 and recent copy on the suite's W8S8 under
 # every padding with the suite's modulus, examples and seed; REPEATS timing rounds; the same
 # settings on W8S8's other seeds), each at --threads 1; they run one after another (a finished
@@ -30,6 +32,9 @@ REPEATS=${REPEATS:-3}
 if [ "${1:-}" = study ]; then
   SUITE=${2:-runs/repro/study}
   STUDY_OUT=${3:-runs/mitigations-study}
+  CANDIDATES=${4:-runs/repro/mitigations}
+  extra=()
+  [ -f "$CANDIDATES/suite.json" ] && extra=(--candidates "$CANDIDATES")
   missing=$(build/phasekv mitigations commands --suite "$SUITE" --inference "$STUDY_OUT" \
     --repeats "$REPEATS")
   while IFS= read -r cmd; do
@@ -37,7 +42,7 @@ if [ "${1:-}" = study ]; then
     echo "== ${cmd##* --out }"
     eval "$cmd" | tail -n 1
   done <<< "$missing"
-  build/phasekv mitigations report --suite "$SUITE" --inference "$STUDY_OUT" \
+  build/phasekv mitigations report --suite "$SUITE" --inference "$STUDY_OUT" "${extra[@]}" \
     --out docs/MITIGATIONS.md --svg docs/mitigations/pareto.svg
   exit 0
 fi

@@ -42,6 +42,7 @@ void register_mitigations(CLI::App& app) {
   struct ReportArgs {
     std::string suite = "runs/repro/study", inference = "runs/mitigations-study";
     std::string out = "docs/MITIGATIONS.md", svg = "docs/mitigations/pareto.svg";
+    std::vector<std::string> candidates;
   };
   auto r = std::make_shared<ReportArgs>();
   auto* report = cmd->add_subcommand(
@@ -53,14 +54,20 @@ void register_mitigations(CLI::App& app) {
                      "Markdown page: the text between its generated-section markers is replaced "
                      "(a new file holds only the section)");
   report->add_option("--svg", r->svg, "the Pareto chart");
+  report->add_option("--candidates", r->candidates,
+                     "the --out of another `phasekv repro` suite whose runs are architecture "
+                     "candidates on the baseline's seeds (e.g. configs/repro/mitigations.toml's); "
+                     "repeatable");
   report->callback([r] {
     MitigationsReportOptions o;
     o.suite_dir = r->suite;
     o.inference_dir = r->inference;
+    o.candidate_dirs = r->candidates;
     o.out_md = r->out;
     o.out_svg = r->svg;
     o.command = fmt::format("phasekv mitigations report --suite {} --inference {} --out {} --svg {}",
                             r->suite, r->inference, r->out, r->svg);
+    for (const auto& d : r->candidates) o.command += " --candidates " + d;
     o.cpu = cpu_description();
     const Comparison c = write_mitigations_report(o, engine_cost);
     int with = 0;

@@ -49,15 +49,37 @@ std::string inference_what(const std::string& setting) {
   return "recent copy of the target record (an upper bound)";
 }
 
+int train_seed(const RunData& r) {
+  return r.config.contains("train") ? r.config["train"].value("seed", 0) : 0;
+}
+
+json without_seed(json c) {
+  if (c.contains("train")) c["train"].erase("seed");
+  return c;
+}
+
+// "key = value" for every leaf of `model` that differs from `base` (dotted paths).
+void model_diff(const json& model, const json& base, const std::string& path,
+                std::vector<std::string>& out) {
+  if (model.is_object()) {
+    for (auto it = model.begin(); it != model.end(); ++it)
+      model_diff(it.value(), base.is_object() && base.contains(it.key()) ? base[it.key()] : json(),
+                 path.empty() ? it.key() : path + "." + it.key(), out);
+  } else if (model.is_array()) {
+    for (size_t i = 0; i < model.size(); ++i)
+      model_diff(model[i], base.is_array() && i < base.size() ? base[i] : json(),
+                 path + "." + std::to_string(i), out);
+  } else if (model != base) {
+    out.push_back(path + " = " + model.dump());
+  }
+}
+
 // Runs whose config equals the baseline's except train.seed: the baseline's other seeds.
 std::vector<std::string> seed_runs(const SuiteResults& s, const RunData& base) {
-  auto no_seed = [](json c) {
-    if (c.contains("train")) c["train"].erase("seed");
-    return c;
-  };
   std::vector<std::string> out;
   for (const auto& r : s.runs)
-    if (r.name != base.name && no_seed(r.config) == no_seed(base.config)) out.push_back(r.name);
+    if (r.name != base.name && without_seed(r.config) == without_seed(base.config))
+      out.push_back(r.name);
   return out;
 }
 
@@ -273,6 +295,77 @@ Comparison build_comparison(const SuiteResults& suite, const std::string& suite_
     }
   }
   return c;
+}
+
+void add_candidate_suite(Comparison& c, const SuiteResults& base_suite, const SuiteResults& extra,
+                         const std::string& extra_dir, const CostFn& cost) {
+  const std::string where = extra_dir + "/suite.json";
+  const RunData* base = nullptr;
+  std::map<int, const RunData*> base_by_seed;  // the baseline's run of every seed
+  for (const auto& r : base_suite.runs)
+    if (r.name == kBaselineRun) base = &r;
+  if (!base) throw Error(fmt::format("the baseline suite has no run \"{}\"", kBaselineRun));
+  for (const auto& r : base_suite.runs)
+    if (without_seed(r.config) == without_seed(base->config)) base_by_seed[train_seed(r)] = &r;
+  const std::string judged = c.paddings.front();
+
+  CandidateSuite cs;
+  cs.dir = extra_dir;
+  cs.name = extra.suite["name"].get<std::string>();
+  cs.modulus = extra.suite["modulus"].get<int>();
+  cs.examples = extra.suite["examples"].get<int>();
+  std::vector<bool> done(extra.runs.size(), false);
+  for (size_t i = 0; i < extra.runs.size(); ++i) {
+    if (done[i]) continue;
+    const RunData& first = extra.runs[i];
+    for (const char* section : {"task", "train"}) {
+      const json a = without_seed(first.config).value(section, json()),
+                 b = without_seed(base->config).value(section, json());
+      if (a != b)
+        throw Error(fmt::format("{}: run \"{}\" has another [{}] than the baseline {} (a "
+                                "candidate suite may change the model and the seed only)",
+                                where, first.name, section, kBaselineRun));
+    }
+    // The group: every run with this config but the seed; the candidate is its baseline-seed run.
+    std::vector<const RunData*> group;
+    for (size_t k = i; k < extra.runs.size(); ++k)
+      if (without_seed(extra.runs[k].config) == without_seed(first.config)) {
+        group.push_back(&extra.runs[k]);
+        done[k] = true;
+      }
+    const RunData* lead = group.front();
+    for (const RunData* r : group)
+      if (train_seed(*r) == train_seed(*base)) lead = r;
+    std::vector<std::string> diff;
+    model_diff(lead->config.at("model"), base->config.at("model"), "", diff);
+    std::string what;
+    for (const auto& d : diff) what += (what.empty() ? "" : ", ") + d;
+    Candidate x;
+    x.name = lead->name;
+    x.what = what.empty() ? "the baseline's model" : what;
+    x.kind = CandidateKind::kArchitecture;
+    x.run = extra_dir + "/" + lead->name;
+    x.cost = cost(lead->config.at("model"), where + ": run \"" + lead->name + "\" model");
+    x.has_log = !lead->evals.empty();
+    if (c.baseline_eval_acc) x.steps_to_baseline = first_reaching(lead->evals, *c.baseline_eval_acc);
+    for (const auto& [p, d] : lead->sweeps) x.sweeps[p] = d.summary;
+    if (x.sweeps.empty()) x.missing = lead->trained ? "no sweep yet" : "not trained yet";
+    x.compute_basis = "FLOPs";
+    if (c.baseline().cost) x.compute_x = x.cost->flops / c.baseline().cost->flops;
+    for (const RunData* r : group) {
+      const auto b = base_by_seed.find(train_seed(*r));
+      if (b == base_by_seed.end())
+        throw Error(fmt::format("{}: run \"{}\" has train.seed {}, which no run of the baseline "
+                                "suite has",
+                                where, r->name, train_seed(*r)));
+      SeedSweep sw{b->second->name, x.name, std::nullopt, x.cost};
+      if (r->sweeps.count(judged)) sw.prefix = r->sweeps.at(judged).summary;
+      c.seed_sweeps.push_back(sw);
+    }
+    cs.candidates.push_back(x.name);
+    c.candidates.push_back(std::move(x));
+  }
+  c.candidate_suites.push_back(std::move(cs));
 }
 
 std::vector<std::string> inference_sweep_commands(const SuiteResults& suite,

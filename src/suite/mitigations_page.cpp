@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "report/report.h"
 #include "suite/mitigations.h"
@@ -142,21 +143,36 @@ struct SeedCheck {
   std::optional<TargetCheck> target;
 };
 std::vector<SeedCheck> seed_checks(const Comparison& c, const std::string& setting) {
-  auto find = [&](const std::string& run, const std::string& s) -> const PhaseSummary* {
+  auto find = [&](const std::string& run, const std::string& s) -> const SeedSweep* {
     for (const auto& x : c.seed_sweeps)
-      if (x.run == run && x.setting == s && x.prefix) return &*x.prefix;
+      if (x.run == run && x.setting == s && x.prefix) return &x;
     return nullptr;
   };
   std::vector<std::string> runs = c.seed_runs;
   runs.insert(runs.begin(), kBaselineRun);
+  // An inference setting runs on the seed's own model (same bytes); a candidate suite's model has
+  // its own cost against the baseline's.
   const ModelCost same{1, 1, 1};
+  const ModelCost base = c.baseline().cost.value_or(same);
   std::vector<SeedCheck> out;
   for (const auto& r : runs) {
-    SeedCheck k{r, find(r, setting), std::nullopt};
-    if (const PhaseSummary* plain = find(r, "plain"); plain && k.sweep)
-      k.target = check_target(*k.sweep, same, *plain, same);
+    const SeedSweep* x = find(r, setting);
+    SeedCheck k{r, x ? &*x->prefix : nullptr, std::nullopt};
+    if (const SeedSweep* plain = find(r, "plain"); plain && x)
+      k.target = x->cost ? check_target(*k.sweep, *x->cost, *plain->prefix, base)
+                         : check_target(*k.sweep, same, *plain->prefix, same);
     out.push_back(k);
   }
+  return out;
+}
+
+// The rows of the per-seed table: the plain model, the inference settings, then the candidate
+// suites' candidates.
+std::vector<std::string> seed_settings(const Comparison& c, bool with_plain) {
+  std::vector<std::string> out = kInferenceSettings;
+  if (with_plain) out.insert(out.begin(), "plain");
+  for (const auto& cs : c.candidate_suites)
+    out.insert(out.end(), cs.candidates.begin(), cs.candidates.end());
   return out;
 }
 
@@ -178,9 +194,7 @@ std::string seeds_table(const Comparison& c) {
     rule += "---|";
   }
   out += " meets the target on |\n" + rule + "---|\n";
-  std::vector<std::string> settings = kInferenceSettings;
-  settings.insert(settings.begin(), "plain");
-  for (const auto& setting : settings) {
+  for (const auto& setting : seed_settings(c, true)) {
     const auto checks = seed_checks(c, setting);
     out += "| " + setting + " |";
     for (const auto& k : checks)
@@ -200,7 +214,7 @@ std::string seeds_verdict(const Comparison& c) {
   std::string best;
   std::pair<int, int> best_count{-1, 0};
   std::vector<std::string> every;
-  for (const auto& setting : kInferenceSettings) {
+  for (const auto& setting : seed_settings(c, false)) {
     const auto n = met_of(seed_checks(c, setting));
     if (n.second > 1 && n.first == n.second) every.push_back(setting);
     if (n.first > best_count.first) {
@@ -214,19 +228,24 @@ std::string seeds_verdict(const Comparison& c) {
     for (const auto& s : every) out += " " + s;
     return out + ".\n";
   }
-  std::string arch;  // architecture candidates meeting the target on their one seed
+  std::string arch;  // the study suite's candidates meeting the target on their one seed
+  std::set<std::string> seeded;
+  for (const auto& s : seed_settings(c, false)) seeded.insert(s);
   for (const Candidate& x : c.candidates)
     if (auto t = judge(c, x, c.paddings.front());
-        t && t->met() && x.kind == CandidateKind::kArchitecture)
+        t && t->met() && x.kind == CandidateKind::kArchitecture && !seeded.count(x.name))
       arch += (arch.empty() ? "" : ", ") + x.name;
+  const bool inference = std::count(kInferenceSettings.begin(), kInferenceSettings.end(), best);
   out = fmt::format(
       "- **On the suite's seeds, no candidate is shown to meet the target.** The baseline has {} "
-      "seeds and no inference option meets the target on all of them; the architecture "
-      "candidates were trained with one seed each ({}). Closest across seeds: **{} + {}**, "
-      "which meets it on {} of {} seeds; on the others:",
+      "seeds and no inference option{} meets the target on all of them; the study suite's "
+      "architecture candidates were trained with one seed each ({}). Closest across seeds: "
+      "**{}**, which meets it on {} of {} seeds; on the others:",
       c.seed_runs.size() + 1,
+      c.candidate_suites.empty() ? "" : " or candidate-suite architecture",
       arch.empty() ? "none meets it on that one" : arch + " meet it on that one, other seeds untrained",
-      kBaselineRun, best, best_count.first, best_count.second);
+      inference ? std::string(kBaselineRun) + " + " + best : best, best_count.first,
+      best_count.second);
   for (const auto& k : seed_checks(c, best))
     if (k.target && !k.target->met()) out += fmt::format(" {}: {};", k.run, k.target->why());
   out.back() = '.';
@@ -281,6 +300,20 @@ std::string comparison_markdown(const Comparison& c, const MitigationsReportOpti
       "S - 1.\n\n",
       judged, c.timing_repeats,
       c.baseline_eval_acc ? acc(*c.baseline_eval_acc) : std::string("unknown (no training log)"));
+  for (const auto& cs : c.candidate_suites) {
+    std::string names;
+    for (const auto& n : cs.candidates) names += (names.empty() ? "" : ", ") + n;
+    out += fmt::format(
+        "Candidates from the suite `{}` (`{}`): {}. Same base config, task, data order and "
+        "steps as the baseline, one run per seed of the baseline; swept over {} logical examples "
+        "x {} phases{}.\n\n",
+        cs.name, cs.dir, names, cs.examples, cs.modulus,
+        cs.modulus == c.modulus && cs.examples == c.examples
+            ? ""
+            : fmt::format(" (not the baseline's {} x {}: other positions, so other examples; a "
+                          "gap over more phases is a maximum over more of them, a stricter "
+                          "test)", c.examples, c.modulus));
+  }
   out += fmt::format("### {} padding (judged)\n\n{}\n", judged, table(c, judged, true));
   for (size_t i = 1; i < c.paddings.size(); ++i)
     out += fmt::format("### {} padding\n\n{}\n", c.paddings[i], table(c, c.paddings[i], false));
@@ -288,8 +321,9 @@ std::string comparison_markdown(const Comparison& c, const MitigationsReportOpti
   out += fmt::format(
       "### The inference options on every seed of the baseline ({} padding)\n\n"
       "Mean / worst phase / gap pp [95% CI] per seed; `plain` is the suite's own sweep. The "
-      "target is checked against the same seed's plain model (same cache bytes). The "
-      "architecture candidates were trained with one seed each.\n\n{}\n",
+      "target is checked against the same seed's plain model: an inference setting with the "
+      "same cache bytes, a candidate suite's run (trained with that seed) with its own. The "
+      "study suite's architecture candidates were trained with one seed each.\n\n{}\n",
       judged, seeds_table(c));
   const fs::path rel = fs::path(o.out_svg).lexically_relative(fs::path(o.out_md).parent_path());
   out += fmt::format("![Pareto chart: worst-phase accuracy against cache bytes per token]({})\n",
@@ -344,6 +378,8 @@ std::string pareto_svg(const Comparison& c) {
 Comparison write_mitigations_report(const MitigationsReportOptions& o, const CostFn& cost) {
   const SuiteResults suite = load_suite_results(o.suite_dir);
   Comparison c = build_comparison(suite, o.suite_dir, o.inference_dir, cost);
+  for (const auto& dir : o.candidate_dirs)
+    add_candidate_suite(c, suite, load_suite_results(dir), dir, cost);
   const std::string page = splice(o.out_md, comparison_markdown(c, o));
   write_file_atomic(o.out_svg, pareto_svg(c));
   write_file_atomic(o.out_md, page);
