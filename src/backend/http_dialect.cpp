@@ -87,7 +87,7 @@ ScoreResult parse_llamacpp(const json& response, const ScoreRequest& r) {
         " was forced with logit_bias (llama-server reports probabilities only once the "
         "generated text is valid UTF-8, so the target token is itself an incomplete UTF-8 "
         "sequence, e.g. a byte-fallback token); content " +
-        excerpt(response.value("content", json(nullptr))));
+        excerpt(response.is_object() ? response.value("content", json(nullptr)) : response));
   const json& first = index(at(response, "completion_probabilities", "llamacpp"), 0,
                             "llamacpp completion_probabilities");
   if (first.is_object() && first.contains("probs") && !first.contains("top_logprobs"))
