@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <atomic>
 #include <fstream>
+#include <thread>
+#include <vector>
 
 #include "model/model_dir.h"
 #include "test_util.h"
@@ -134,6 +137,41 @@ TEST(ModelDir, CorruptionGivesNamedErrors) {
   EXPECT_NE(msg.find("[40, 32]"), std::string::npos) << msg;
   msg = error_of([&] { load_model_dir(dir.path + "/nope"); });
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+}  // namespace
+}  // namespace phasekv
+
+namespace phasekv {
+namespace {
+
+// The audit's request cache writes one answer from several workers at once: every writer of a
+// path must succeed (each has its own temporary file) and the file must hold one whole answer.
+TEST(AtomicWrite, ConcurrentWritersOfOnePathAllSucceedAndLeaveOneWholeFile) {
+  TempDir dir;
+  const std::string path = dir.path + "/same.json";
+  std::atomic<int> failures{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < 8; ++w) {
+    writers.emplace_back([&, w] {
+      for (int i = 0; i < 50; ++i) {
+        try {
+          write_file_atomic(path, std::string(1000, static_cast<char>('a' + w)));
+        } catch (const Error&) {
+          ++failures;
+        }
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  const std::string content = read_file(path);
+  ASSERT_EQ(content.size(), 1000u);
+  EXPECT_EQ(content.find_first_not_of(content[0]), std::string::npos);
+  int leftovers = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path))
+    if (e.path().filename() != "same.json") ++leftovers;
+  EXPECT_EQ(leftovers, 0);
 }
 
 }  // namespace

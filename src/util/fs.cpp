@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -17,7 +18,12 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
   fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // pid + a process-wide counter: two threads writing the same path (the audit's request cache
+  // stores one answer from several workers) must not share a temporary file, or one rename
+  // finds it already moved.
+  static std::atomic<unsigned long> counter{0};
+  std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
+                    std::to_string(counter.fetch_add(1));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error("cannot write " + tmp);
