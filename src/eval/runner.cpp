@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <ostream>
 #include <set>
@@ -73,8 +72,7 @@ void create_out_dir(const std::string& dir) {
 void score_pending(Backend& backend, EvalMode& mode, const RunOptions& o,
                    const std::vector<EvalItem>& pending, const std::string& path,
                    std::map<ItemKey, EvalRecord>& latest) {
-  std::ofstream out(path, std::ios::binary | std::ios::app);
-  if (!out) throw Error("cannot open " + path + " for appending");
+  AppendFile out(path);  // a failed append (disk full) leaves the records before it whole
   ProgressLine progress(o, static_cast<int64_t>(pending.size()));
   const size_t batch = std::max<size_t>(1, mode.batch_size());
   for (size_t start = 0; start < pending.size(); start += batch) {
@@ -94,9 +92,7 @@ void score_pending(Backend& backend, EvalMode& mode, const RunOptions& o,
       errors += records[i].ok() ? 0 : 1;
       keep(latest, std::move(records[i]));
     }
-    out << lines;
-    out.flush();
-    if (!out) throw Error("cannot append to " + path + " (disk full?)");
+    out.append(lines);
     progress.add(static_cast<int64_t>(items.size()), errors);
   }
 }

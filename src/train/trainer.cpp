@@ -76,7 +76,11 @@ void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::A
   NamedTensors tensors;
   for (const auto& p : model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
   save_safetensors((tmp / "model.safetensors").string(), tensors);
-  torch::save(opt, (tmp / "optimizer.pt").string());
+  // Serialized in memory, then written like every other file: torch::save into a file it cannot
+  // write (a full disk) throws from PyTorchStreamWriter's destructor, which aborts the process.
+  std::ostringstream opt_bytes;
+  torch::save(opt, opt_bytes);
+  write_file_atomic((tmp / "optimizer.pt").string(), opt_bytes.str());
   nlohmann::json state = {{"step", step}, {"rng", rng_state(rng)}};
   for (const char* f : kCheckpointFiles) state["checksums"][f] = file_checksum(tmp / f);
   write_file_atomic((tmp / "state.json").string(), state.dump());

@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,6 +15,23 @@
 #include "util/error.h"
 
 namespace phasekv {
+
+namespace {
+
+// Writes all of [data, data + n) to fd; false with errno set when a write fails (a short write
+// is retried, so a full disk or a file size limit ends as ENOSPC or EFBIG).
+bool write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return true;
+}
+
+}  // namespace
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
@@ -24,15 +43,16 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   static std::atomic<unsigned long> counter{0};
   std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." +
                     std::to_string(counter.fetch_add(1));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error("cannot write " + tmp);
-    out.write(content.data(), static_cast<std::streamsize>(content.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error("write failed for " + tmp + " (disk full?)");
-    }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  const bool written = write_all(fd, content.data(), content.size());
+  const int write_errno = errno;
+  if (::close(fd) != 0 || !written) {
+    const int err = written ? errno : write_errno;
+    std::remove(tmp.c_str());
+    throw Error("cannot write " + path + ": " + std::strerror(err) + " (writing " +
+                std::to_string(content.size()) + " bytes; " +
+                (fs::exists(target) ? "the previous file is unchanged)" : "no file was left)"));
   }
   std::error_code ec;
   fs::rename(tmp, target, ec);
@@ -40,6 +60,27 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     std::remove(tmp.c_str());
     throw Error("cannot rename " + tmp + " to " + path + ": " + ec.message());
   }
+}
+
+AppendFile::AppendFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error("cannot open " + path + " for appending: " + std::strerror(errno));
+}
+
+AppendFile::~AppendFile() { ::close(fd_); }
+
+void AppendFile::append(const std::string& text) {
+  const off_t before = ::lseek(fd_, 0, SEEK_END);
+  if (write_all(fd_, text.data(), text.size())) return;
+  const int err = errno;
+  // Cutting back needs no space, so it works on a full disk too.
+  const bool cut = before >= 0 && ::ftruncate(fd_, before) == 0;
+  throw Error("cannot append to " + path_ + ": " + std::strerror(err) + " (" +
+              std::to_string(text.size()) + " bytes; " +
+              (cut ? "the file is cut back to its " + std::to_string(before) +
+                         " bytes before them"
+                   : std::string("the file may end in a partial line")) +
+              ")");
 }
 
 DirLock::DirLock(const std::string& dir) {

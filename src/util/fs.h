@@ -7,6 +7,23 @@
 namespace phasekv {
 
 void write_file_atomic(const std::string& path, const std::string& content);
+// A file written by appending whole pieces (the records of results.jsonl): append() writes all
+// of `text`, or, when the write fails (disk full, a file size limit), cuts the file back to where
+// it stood before and throws phasekv::Error naming the file and the reason, so what is on disk
+// stays whole pieces.
+class AppendFile {
+ public:
+  explicit AppendFile(const std::string& path);
+  ~AppendFile();
+  AppendFile(const AppendFile&) = delete;
+  AppendFile& operator=(const AppendFile&) = delete;
+  void append(const std::string& text);
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
 std::string read_file(const std::string& path);
 // read_file + JSON parse; a syntax error throws phasekv::Error naming the file.
 nlohmann::json read_json_file(const std::string& path);
