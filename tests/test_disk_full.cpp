@@ -67,14 +67,6 @@ Exit run_phasekv(const std::vector<std::string>& args, const fs::path& log, rlim
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status), test::slurp(log)};
 }
 
-std::vector<std::string> sorted_lines(const fs::path& p) {
-  std::vector<std::string> lines;
-  std::istringstream in(test::slurp(p));
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  std::sort(lines.begin(), lines.end());
-  return lines;
-}
-
 TEST(DiskFull, ASweepThatCannotAppendKeepsWholeRecordsAndARerunCompletesIdentically) {
   const fs::path dir = test::temp_dir("disk_full_sweep");
   const std::vector<std::string> sweep = {
@@ -88,7 +80,7 @@ TEST(DiskFull, ASweepThatCannotAppendKeepsWholeRecordsAndARerunCompletesIdentica
   };
   const Exit ref = run_phasekv(with_out(dir / "ref"), dir / "ref.log", 0);
   ASSERT_EQ(ref.status, 0) << ref.log;
-  const auto ref_records = sorted_lines(dir / "ref" / "results.jsonl");
+  const auto ref_records = test::sorted_lines(dir / "ref" / "results.jsonl");
   ASSERT_EQ(ref_records.size(), 480u);
 
   // 16 KiB holds one batch of records, not two: the second append fails part way.
@@ -111,7 +103,7 @@ TEST(DiskFull, ASweepThatCannotAppendKeepsWholeRecordsAndARerunCompletesIdentica
 
   const Exit rerun = run_phasekv(with_out(out), dir / "rerun.log", 0);
   ASSERT_EQ(rerun.status, 0) << rerun.log;
-  EXPECT_EQ(sorted_lines(out / "results.jsonl"), ref_records);
+  EXPECT_EQ(test::sorted_lines(out / "results.jsonl"), ref_records);
   EXPECT_EQ(test::slurp(out / "phase.csv"), test::slurp(dir / "ref" / "phase.csv"));
   fs::remove_all(dir);
 }

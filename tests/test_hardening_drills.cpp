@@ -42,14 +42,6 @@ size_t lines_of(const fs::path& p) {
   return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
 }
 
-std::vector<std::string> sorted_lines(const fs::path& p) {
-  std::vector<std::string> lines;
-  std::istringstream in(test::slurp(p));
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  std::sort(lines.begin(), lines.end());
-  return lines;
-}
-
 // Runs `cmd` and kill -9s it once `file` holds `lines` lines; true when the kill landed (the
 // run had not finished first).
 bool kill_at(const std::string& cmd, const fs::path& file, size_t lines) {
@@ -77,7 +69,7 @@ TEST(HardeningDrills, TextAuditKilledAtRandomPointsRerunsToTheSameRecords) {
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_EQ(std::system(audit_command(server, dir / "ref").c_str()), 0)
       << test::slurp(dir / "ref.log");
-  const auto ref = sorted_lines(dir / "ref" / "results.jsonl");
+  const auto ref = test::sorted_lines(dir / "ref" / "results.jsonl");
   ASSERT_EQ(ref.size(), 24u * 8u);
   std::printf("text audit: uninterrupted run %.0f ms\n",
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
@@ -103,7 +95,7 @@ TEST(HardeningDrills, TextAuditKilledAtRandomPointsRerunsToTheSameRecords) {
     std::printf("text audit run %d: killed with%s of %zu records on disk\n", run,
                 at.empty() ? " none" : at.c_str(), ref.size());
     ASSERT_EQ(std::system(audit_command(server, out).c_str()), 0) << test::slurp(out.string() + ".log");
-    EXPECT_EQ(sorted_lines(results), ref) << "run " << run << " (kills at " << first << ", "
+    EXPECT_EQ(test::sorted_lines(results), ref) << "run " << run << " (kills at " << first << ", "
                                           << second << " records)";
     EXPECT_EQ(test::slurp(out / "phase.csv"), ref_phase) << "run " << run;
   }

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,16 @@ inline std::string slurp(const std::filesystem::path& p) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// The file's lines, sorted: records of a resumed run compared with an uninterrupted run's (a
+// rerun appends in another order).
+inline std::vector<std::string> sorted_lines(const std::filesystem::path& p) {
+  std::vector<std::string> lines;
+  std::istringstream in(slurp(p));
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::sort(lines.begin(), lines.end());
+  return lines;
 }
 
 inline void write_text(const std::filesystem::path& p, const std::string& text) {

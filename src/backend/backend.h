@@ -37,6 +37,13 @@ struct Generation {
   // The server refused the greedy output because it is not valid UTF-8 (llama.cpp answers HTTP
   // 500; tokens are then unknown, and the output differs from any valid-UTF-8 answer).
   bool invalid_utf8 = false;
+  // Chat answers: the message text after the reasoning (scored by the value it names, as
+  // evaluation harnesses do), the reasoning, whether the budget ended it before the answer
+  // came, and the server's finish_reason ("length": the budget ran out).
+  std::optional<std::string> text;
+  std::string reasoning;
+  bool answer_missing = false;
+  std::string finish_reason;
 };
 
 class Backend {

@@ -9,11 +9,14 @@
 
 #include "backend/http_chat.h"
 #include "util/error.h"
+#include "util/fs.h"
+#include "util/hash.h"
 
 namespace phasekv {
 namespace {
 
 using json = nlohmann::json;
+using namespace std::string_literals;
 
 // A salt no other request shares: vLLM then hashes every block of this request apart from
 // every other, so no KV block is ever reused across the phases of a sweep.
@@ -247,35 +250,111 @@ std::string HttpBackend::request_error(const std::vector<int32_t>& context, int 
 }
 
 void HttpBackend::learn_chat_template(int slot) {
-  if (dialect_ != Dialect::kVllm)
-    throw Error(
-        "--api chat needs a server that renders chat messages through /tokenize "
-        "(vLLM, phasekv serve); the " +
-        to_string(dialect_) + " dialect is not supported");
-  const HttpCall call = chat_render_call(options_.model, "");
-  chat_prefix_ = parse_tokenize(transport_->post(slot, call.route, call.body));
+  check_reasoning(options_.reasoning);
+  if (!options_.chat_template_file.empty()) {
+    chat_source_ = ChatRenderSource::kTemplateFile;
+    chat_template_text_ = read_file(options_.chat_template_file);
+    fill_template_file(chat_template_text_, options_.chat_template_file, "");  // one slot
+  } else {
+    chat_source_ = dialect_ == Dialect::kLlamacpp ? ChatRenderSource::kApplyTemplate
+                                                  : ChatRenderSource::kServerTokenize;
+  }
+  try {
+    chat_frame_ = {render_chat(slot, ""), {}};
+  } catch (const RequestFailed& e) {
+    if (e.status < 400 || e.status >= 500 || chat_source_ == ChatRenderSource::kTemplateFile)
+      throw;
+    throw Error("endpoint " + options_.endpoint + " cannot render chat messages (" +
+                (chat_source_ == ChatRenderSource::kApplyTemplate ? "POST /apply-template"s
+                                                                  : "POST /tokenize {messages}"s) +
+                " answered " + std::to_string(e.status) +
+                "), so the templated position of the key is unknown; give --chat-template FILE "
+                "with the template's rendering of one user message: " + e.what());
+  }
+}
+
+std::vector<int32_t> HttpBackend::render_chat(int slot, const std::string& content) {
+  std::string text;
+  if (chat_source_ == ChatRenderSource::kServerTokenize) {
+    const HttpCall call = chat_render_call(chat_source_, options_.model, content,
+                                           options_.reasoning);
+    return parse_tokenize(transport_->post(slot, call.route, call.body));
+  }
+  if (chat_source_ == ChatRenderSource::kApplyTemplate) {
+    const HttpCall call = chat_render_call(chat_source_, options_.model, content,
+                                           options_.reasoning);
+    text = parse_applied_template(transport_->post(slot, call.route, call.body));
+  } else {
+    text = fill_template_file(chat_template_text_, options_.chat_template_file, content);
+  }
+  // llama.cpp's chat route tokenizes the rendered text with its special tokens (the BOS that
+  // /apply-template leaves out); a template file holds everything itself.
+  const bool special = chat_source_ == ChatRenderSource::kApplyTemplate;
+  HttpCall call = tokenize_call(dialect_, options_.model, text, special);
+  if (dialect_ == Dialect::kLlamacpp) call.body["parse_special"] = true;
+  return parse_tokenize(transport_->post(slot, call.route, call.body));
+}
+
+const ChatFrame& HttpBackend::frame_chat(const std::string& probe) {
+  if (options_.api != ApiKind::kChat) throw Error("internal: frame_chat without --api chat");
+  try {
+    auto frame_of = [&](const std::string& text) {
+      const HttpCall tok = tokenize_call(dialect_, options_.model, text, false);
+      const auto ids = parse_tokenize(transport_->post(0, tok.route, tok.body));
+      return std::pair{frame_from_probe(render_chat(0, text), ids), ids};
+    };
+    const auto [frame, ids] = frame_of(probe);
+    // A second probe of another length must get the same frame (a template whose additions
+    // depend on the content, e.g. a date or a length, cannot be planned around).
+    const auto [again, ids2] = frame_of(probe + " again");
+    if (again.prefix != frame.prefix || again.suffix != frame.suffix)
+      throw ProtocolError("the chat template adds other tokens around '" + probe + " again' (" +
+                          std::to_string(again.prefix.size()) + " before, " +
+                          std::to_string(again.suffix.size()) + " after) than around '" + probe +
+                          "' (" + std::to_string(frame.prefix.size()) + ", " +
+                          std::to_string(frame.suffix.size()) + ")");
+    chat_frame_ = frame;
+  } catch (const RequestFailed& e) {
+    throw Error("endpoint " + options_.endpoint + ": rendering a probe chat message: " + e.what());
+  } catch (const ProtocolError& e) {
+    throw Error("endpoint " + options_.endpoint + ": " + e.what());
+  }
+  return chat_frame_;
 }
 
 std::string HttpBackend::chat_content(int slot, const std::vector<int32_t>& context) {
-  if (context.size() < chat_prefix_.size() ||
-      !std::equal(chat_prefix_.begin(), chat_prefix_.end(), context.begin()))
+  const auto& [prefix, suffix] = chat_frame_;
+  if (context.size() < prefix.size() + suffix.size() ||
+      !std::equal(prefix.begin(), prefix.end(), context.begin()) ||
+      !std::equal(suffix.rbegin(), suffix.rend(), context.rbegin()))
     throw ProtocolError("the planned prompt does not start with the chat template's " +
-                        std::to_string(chat_prefix_.size()) +
-                        " leading tokens, so no message renders into it");
-  const std::vector<int32_t> body(
-      context.begin() + static_cast<std::ptrdiff_t>(chat_prefix_.size()), context.end());
+                        std::to_string(prefix.size()) + " leading tokens and end with its " +
+                        std::to_string(suffix.size()) +
+                        " trailing tokens, so no message renders into it");
+  const std::vector<int32_t> body(context.begin() + static_cast<std::ptrdiff_t>(prefix.size()),
+                                  context.end() - static_cast<std::ptrdiff_t>(suffix.size()));
   const HttpCall detok = detokenize_call(dialect_, options_.model, body);
   const std::string content = parse_detokenize(transport_->post(slot, detok.route, detok.body));
-  const HttpCall render = chat_render_call(options_.model, content);
-  const std::string mismatch = chat_render_mismatch(
-      parse_tokenize(transport_->post(slot, render.route, render.body)), context);
+  const std::string mismatch = chat_render_mismatch(render_chat(slot, content), context);
   if (!mismatch.empty()) throw ProtocolError(mismatch);
   return content;
 }
 
+ChatCallOptions HttpBackend::chat_options(int max_tokens) const {
+  ChatCallOptions o;
+  o.max_tokens = max_tokens;
+  o.reasoning = options_.reasoning;
+  // Token logprobs of a whole reasoning trace are large and unused: the answer is read as text.
+  o.logprobs = options_.mode == ScoreMode::kLogprob || options_.reasoning.empty() ||
+               options_.reasoning == "off";
+  o.disable_cache = options_.defeat_prefix_cache;
+  return o;
+}
+
 Generated HttpBackend::generate_one(int slot, const std::vector<int32_t>& context, int max_tokens) {
   if (options_.api == ApiKind::kChat) {
-    const HttpCall call = chat_call(call_params(), chat_content(slot, context), max_tokens);
+    const HttpCall call =
+        chat_call(call_params(), chat_content(slot, context), chat_options(max_tokens));
     return parse_chat_generate(post_counted(slot, call), context.size());
   }
   const HttpCall call = generate_call(dialect_, call_params(), context, max_tokens);
@@ -296,7 +375,7 @@ ScoreResult HttpBackend::score_one(int slot, const ScoreRequest& r) {
   if (!out.error.empty()) return out;
   try {
     if (options_.mode == ScoreMode::kLogprob && options_.api == ApiKind::kChat) {
-      const HttpCall call = chat_call(call_params(), chat_content(slot, r.context), 1);
+      const HttpCall call = chat_call(call_params(), chat_content(slot, r.context), chat_options(1));
       return parse_chat_score(post_counted(slot, call), r);
     }
     if (options_.mode == ScoreMode::kLogprob) {
@@ -346,6 +425,10 @@ std::vector<Generation> HttpBackend::generate_many(
       g.tokens = std::move(parsed.tokens);
       g.first_logprob = parsed.first_logprob;
       g.invalid_utf8 = parsed.invalid_utf8;
+      g.text = std::move(parsed.text);
+      g.reasoning = std::move(parsed.reasoning);
+      g.answer_missing = parsed.answer_missing;
+      g.finish_reason = std::move(parsed.finish_reason);
     } catch (const RequestFailed& e) {
       if (llamacpp_output_refused(e.status, e.body))
         g.invalid_utf8 = true;  // a scored outcome: the output is not valid text
@@ -439,10 +522,15 @@ json HttpBackend::describe() const {
                                   {"rule", context_rule(dialect_, options_.api == ApiKind::kChat)}}
                            : json(nullptr);
   if (options_.api == ApiKind::kChat) {
-    d["chat_template"] =
-        "the server's, rendered through POST /tokenize {messages}; every prompt "
-        "checked token for token";
-    d["chat_template_leading_tokens"] = chat_prefix_;
+    d["chat_template"] = to_string(chat_source_) + "; every prompt checked token for token";
+    if (chat_source_ == ChatRenderSource::kTemplateFile) {
+      d["chat_template_file"] = options_.chat_template_file;
+      d["chat_template_file_fnv1a64"] = fnv1a64_hex(chat_template_text_);
+    }
+    d["chat_template_leading_tokens"] = chat_frame_.prefix;
+    d["chat_template_trailing_tokens"] = chat_frame_.suffix;
+    d["reasoning"] = options_.reasoning.empty() ? json("server default") : json(options_.reasoning);
+    d["reasoning_request_fields"] = reasoning_fields(options_.reasoning);
     d["censoring"] = "targets outside the top " +
                      std::to_string(std::min(options_.top_n, kMaxChatTopLogprobs)) +
                      " (top_logprobs) are censored: wrong, logprob unknown";

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/http_chat.h"
 #include "backend/http_dialect.h"
 #include "backend/http_transport.h"
 
@@ -46,13 +47,15 @@ struct HttpBackendOptions {
   double retry_base_delay_s = 0.25;  // backoff: attempt k waits U(0, base * 2^k), at most 20 s
   std::string api_key_env;           // name of the environment variable holding the key; "" = none
   ScoreMode mode = ScoreMode::kLogprob;
-  ApiKind api = ApiKind::kCompletions;  // chat: vllm dialect only (vLLM, phasekv serve)
+  ApiKind api = ApiKind::kCompletions;  // chat: rendered as http_chat.h describes
   int top_n = 20;                       // vLLM logprobs / llama.cpp n_probs
   bool defeat_prefix_cache = true;
   int64_t max_context = 0;           // > 0 overrides what the server reports (--max-context)
   double max_retry_after_s = 120;    // longest Retry-After waited out
   bool adaptive_concurrency = true;  // halve the requests in flight on 429s (http_transport.h)
   std::string request_cache;         // --request-cache DIR ("" = off; http_transport.h)
+  std::string chat_template_file;    // --chat-template FILE ("" = the server renders; http_chat.h)
+  std::string reasoning;             // --reasoning: "", on, off, low, medium, high (http_chat.h)
 };
 
 // The server's context size and where it was read.
@@ -110,6 +113,14 @@ class HttpBackend : public Backend {
                                         int max_tokens) override;
 
   Dialect dialect() const { return dialect_; }
+  // api chat: the tokens the template puts around a message. At open, the rendering of an
+  // empty message (the whole prefix; phasekv models' template adds nothing after the content);
+  // frame_chat() learns prefix and suffix from a probe text (real templates), checked with a
+  // second probe. Throws phasekv::Error naming the endpoint.
+  const ChatFrame& chat_frame() const { return chat_frame_; }
+  const ChatFrame& frame_chat(const std::string& probe);
+  // The template's rendering of one user message, as token ids.
+  std::vector<int32_t> render_chat(int slot, const std::string& content);
   TransportStats stats() const { return transport_->stats(); }
   // The model's GET /v1/models entry; phasekv servers add {"phasekv": {"task", ...}}.
   const nlohmann::json& model_card() const { return card_; }
@@ -126,6 +137,7 @@ class HttpBackend : public Backend {
   // renders exactly into `context` (throws ProtocolError naming the difference otherwise).
   void learn_chat_template(int slot);
   std::string chat_content(int slot, const std::vector<int32_t>& context);
+  ChatCallOptions chat_options(int max_tokens) const;
   std::string request_error(const std::vector<int32_t>& context, int new_tokens) const;
   // A request's final failure for its record; a context rejection says a rerun cannot help.
   std::string failure_text(const RequestFailed& e) const;
@@ -143,7 +155,9 @@ class HttpBackend : public Backend {
   std::optional<ContextLimit> server_context_;
   std::atomic<int64_t> usage_prompt_{0}, usage_completion_{0}, usage_cached_{0};
   std::atomic<int64_t> usage_with_{0}, usage_without_{0}, usage_cached_answers_{0};
-  std::vector<int32_t> chat_prefix_;
+  ChatRenderSource chat_source_ = ChatRenderSource::kServerTokenize;
+  std::string chat_template_text_;  // --chat-template FILE's contents
+  ChatFrame chat_frame_;
 };
 
 }  // namespace phasekv

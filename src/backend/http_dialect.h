@@ -61,6 +61,12 @@ struct Generated {
   // llama.cpp answered {"content":"\ufffd","tokens":[]} with no probabilities: the greedy
   // output is an incomplete UTF-8 sequence, its tokens are not reported.
   bool invalid_utf8 = false;
+  // Chat answers (http_chat.h parse_chat_generate): the message text after any reasoning, the
+  // reasoning, whether the answer never came (reasoning cut off by the budget), finish_reason.
+  std::optional<std::string> text;
+  std::string reasoning;
+  bool answer_missing = false;
+  std::string finish_reason;
 };
 Generated parse_generate(Dialect d, const nlohmann::json& response);
 

@@ -24,6 +24,10 @@ const std::string kRecordMid = " -> value";
 const std::string kRecordEnd = ".";
 const std::string kQuestion = "\n\nQuestion: what is the value of key";
 const std::string kAnswer = "?\nAnswer: key";
+// Chat: a leading space instead of the newline, which a template's "user\n" would merge with
+// ("\n\n" is one token in many vocabularies); the question asks for the value alone.
+const std::string kChatIntro = " Remember the value of each key.";
+const std::string kChatAsk = "? Answer with the value only.";
 // Padding candidates, most tokenizers keep the first ones as one token per copy.
 const std::vector<std::string> kPadCandidates = {" the", " .", " -", " =", " x", "\n"};
 
@@ -50,6 +54,7 @@ struct TextKvTask::Example {
   std::vector<int32_t> query;  // ends right before the value's first non-blank token
   int32_t target = 0;
   std::vector<int32_t> answer;
+  std::string answer_text;
 };
 
 TextKvTask::TextKvTask(TextTokenizerFns tokenizer, TextTaskOptions options)
@@ -58,12 +63,24 @@ TextKvTask::TextKvTask(TextTokenizerFns tokenizer, TextTaskOptions options)
     throw Error("--records is " + std::to_string(o_.records) + " (allowed: 1..90)");
   if (o_.modulus < 1) throw Error("--modulus must be >= 1");
   if (o_.context_tokens < 16) throw Error("--context-tokens must be >= 16");
+  if (o_.chat) {
+    bos_ = o_.chat_prefix;  // the template writes its own BOS
+  } else {
+    detect_bos();
+  }
+  pick_padding();
+}
+
+void TextKvTask::detect_bos() {
   // The server's special prefix: tokenize with and without special tokens.
   const auto both = tok_.tokenize({"Hello world", "Hello world"}, true);
   const auto plain = tok_.tokenize({"Hello world"}, false).front();
   const auto& with = both.front();
   if (with.size() > plain.size() && std::equal(plain.rbegin(), plain.rend(), with.rbegin()))
     bos_.assign(with.begin(), with.end() - static_cast<long>(plain.size()));
+}
+
+void TextKvTask::pick_padding() {
   // A padding token whose copies tokenize to as many tokens (so k copies shift by exactly k).
   std::vector<std::string> probes;
   for (const auto& c : kPadCandidates) {
@@ -142,7 +159,7 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
 
   Example ex;
   ex.id = id;
-  append(ex.body, ids(kIntro));
+  append(ex.body, ids(o_.chat ? kChatIntro : kIntro));
   // Filler sentences up to the budget, records at random sentence boundaries.
   int record_tokens = 0;
   for (int i = 0; i < o_.records; ++i)
@@ -178,6 +195,15 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
     if (s < sentences.size()) append(ex.body, sentences[s]);
   }
   const auto& key = ids(texts[2 * target]);
+  ex.answer_text = std::to_string(value_list[static_cast<size_t>(target)]);
+  if (o_.chat) {  // the assistant's answer starts a turn: the digits without a space
+    append(ex.query, ids(kQuestion));
+    append(ex.query, key);
+    append(ex.query, ids(kChatAsk));
+    ex.answer = ids(ex.answer_text);
+    ex.target = ex.answer.front();
+    return ex;
+  }
   const auto& value = ids(texts[2 * target + 1]);
   const int lead = first_nonblank(value);
   append(ex.query, ids(kQuestion));
@@ -193,7 +219,9 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
 
 TextKvTask::Shape TextKvTask::shape(int64_t example_id) {
   const Example ex = make_example(example_id);
-  return {static_cast<int>(bos_.size() + ex.body.size() + ex.query.size()) + o_.modulus - 1,
+  return {static_cast<int>(bos_.size() + ex.body.size() + ex.query.size() +
+                           o_.chat_suffix.size()) +
+              o_.modulus - 1,
           static_cast<int>(ex.answer.size())};
 }
 
@@ -221,11 +249,13 @@ std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int
     t.insert(t.end(), ex.body.begin() + split, ex.body.end());
     append(t, repeat(pad_, M - 1 - k));
     append(t, ex.query);
+    if (o_.chat) append(t, o_.chat_suffix);
     item.key_pos = nbos + k + ex.key_off;
     item.value_pos = nbos + k + ex.value_off;
     item.query_pos = static_cast<int>(t.size()) - 1;
     item.target = ex.target;
     item.answer = ex.answer;
+    item.answer_text = ex.answer_text;
     if (item.key_pos % M != phase)
       throw Error("internal: text task layout does not put the key at its phase");
     items.push_back(std::move(item));
@@ -235,9 +265,10 @@ std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int
 
 std::vector<TextCheck> TextKvTask::verify(const std::vector<TextItem>& items) {
   const size_t nbos = bos_.size();
-  std::vector<std::vector<int32_t>> texts;  // per item: the whole prompt, the part before the key
+  const auto nsuffix = static_cast<long>(o_.chat ? o_.chat_suffix.size() : 0);
+  std::vector<std::vector<int32_t>> texts;  // per item: the message, the part before the key
   for (const auto& it : items) {
-    texts.emplace_back(it.tokens.begin() + static_cast<long>(nbos), it.tokens.end());
+    texts.emplace_back(it.tokens.begin() + static_cast<long>(nbos), it.tokens.end() - nsuffix);
     texts.emplace_back(it.tokens.begin() + static_cast<long>(nbos), it.tokens.begin() + it.key_pos);
   }
   const auto strings = tok_.detokenize(texts);
@@ -261,7 +292,7 @@ std::vector<TextCheck> TextKvTask::verify(const std::vector<TextItem>& items) {
 }
 
 json TextKvTask::describe() const {
-  return {{"render", "text"},
+  json d = {{"render", "text"},
           {"records", o_.records},
           {"context_tokens", o_.context_tokens},
           {"padding", to_string(o_.padding)},
@@ -269,7 +300,15 @@ json TextKvTask::describe() const {
           {"padding_text", pad_text_},
           {"bos", bos_},
           {"record_format", "\\nkey K -> value V."},
-          {"question", "\\n\\nQuestion: what is the value of key K?\\nAnswer: key K -> value"}};
+          {"question", o_.chat ? "\\n\\nQuestion: what is the value of key K? Answer with the value only."
+                               : "\\n\\nQuestion: what is the value of key K?\\nAnswer: key K -> value"}};
+  if (o_.chat) {
+    d["chat"] = true;
+    d["chat_template_prefix_tokens"] = o_.chat_prefix.size();
+    d["chat_template_suffix_tokens"] = o_.chat_suffix.size();
+    d["answer"] = "the assistant's message, its value read as the first number after any reasoning";
+  }
+  return d;
 }
 
 }  // namespace phasekv

@@ -11,6 +11,10 @@
 //   [bos] [pad x k] filler ... \nkey K1 -> value V1. filler ... \nkey Kt -> value Vt. ...
 //   [pad x M-1-k] \n\nQuestion: what is the value of key Kt?\nAnswer: key Kt -> value
 //
+// In chat (TextTaskOptions::chat) the template's prefix replaces [bos], the question ends
+// "... key Kt? Answer with the value only." and the template's suffix follows it:
+//   [template prefix] [pad x k] Remember ... [pad x M-1-k] \n\nQuestion: ... only. [suffix]
+//
 // The model should continue with Vt; the scored token is the first non-blank token of " Vt" (the
 // blank ones, such as a lone space, are part of the prompt). Padding is a filler token that
 // round-trips (k copies tokenize to k tokens), placed after <bos> (prefix) or right before the
@@ -41,6 +45,12 @@ struct TextTaskOptions {
   int modulus = 24;          // M
   PaddingMode padding = PaddingMode::kPrefix;
   uint64_t seed = 0;
+  // Chat (`--api chat`): the prompt is the chat template's rendering of one user message, so
+  // the template's tokens before the content take the BOS's place and its tokens after the
+  // content end the prompt (http_chat.h ChatFrame); phases count every templated token. The
+  // message asks for the value alone, and the answer is the assistant's first tokens.
+  bool chat = false;
+  std::vector<int32_t> chat_prefix, chat_suffix;
 };
 
 // One (example, phase) prompt.
@@ -50,6 +60,7 @@ struct TextItem {
   std::vector<int32_t> tokens;  // the prompt, ending right before the value
   int32_t target = 0;           // first non-blank token of the value
   std::vector<int32_t> answer;  // every value token from `target` on (generate mode)
+  std::string answer_text;      // the value's digits (chat answers are read as text)
   int key_pos = 0, value_pos = 0, query_pos = 0;
 };
 
@@ -86,6 +97,8 @@ class TextKvTask {
  private:
   struct Example;
   Example make_example(int64_t id);
+  void detect_bos();    // the server's special tokens before a text (completions)
+  void pick_padding();  // a filler token whose copies tokenize one for one
   std::vector<int32_t> ids(const std::string& text);
 
   TextTokenizerFns tok_;

@@ -9,7 +9,9 @@
 //         through the chat endpoint as a message the server's template renders into exactly
 //         those ids (backend/http_chat.h), the same run otherwise;
 //   text  real tokenizers: records rendered as text, tokenized piecewise by the server, spliced
-//         as ids and verified against the server's tokenizer (http_text_task.h).
+//         as ids and verified against the server's tokenizer (http_text_task.h); with --api
+//         chat the prompt is the chat template's rendering of one user message, phases counted
+//         in the templated tokens, and generated answers are read after any reasoning.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -20,6 +22,7 @@
 #include <set>
 
 #include "backend/http_client.h"
+#include "backend/http_cost.h"
 #include "backend/http_text_task.h"
 #include "cli/commands.h"
 #include "eval/runner.h"
@@ -37,6 +40,9 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// Chat generation budget when the model may reason first (--max-tokens overrides it).
+constexpr int kDefaultReasoningBudget = 1024;
+
 struct AuditArgs {
   std::string endpoint, model, dialect = "auto", api_key_env, mode = "logprob", task = "kv";
   std::string api = "completions";
@@ -47,7 +53,8 @@ struct AuditArgs {
   uint64_t seed = 0;
   int records = 8, context_tokens = 512, bootstrap = 2000, permutations = 1000;
   bool keep_prefix_cache = false, dry_run = false, fixed_concurrency = false;
-  std::string request_cache;
+  std::string request_cache, price_per_mtok, chat_template, reasoning;
+  int max_tokens = 0;
   int log_samples = 0;
   SlaGate sla;
 };
@@ -118,8 +125,8 @@ json transport_json(const TransportStats& s) {
           {"request_cache_stores", s.cache_stores}};
 }
 
-json usage_json(const UsageTotals& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
+json usage_json(const UsageTotals& u, const std::string& prices) {
+  json j = {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"cached_tokens", u.cached_tokens},
           {"answers_with_usage", u.answers_with_usage},
@@ -128,6 +135,12 @@ json usage_json(const UsageTotals& u) {
           {"scope",
            "this run's scoring and generation answers, as the server counted them "
            "(tokenize/detokenize calls and resumed records not included)"}};
+  if (!prices.empty()) {
+    const TokenPrices p = parse_token_prices(prices, "--price-per-mtok");
+    j["prices"] = prices_json(p);
+    j["cost"] = token_cost(p, u.prompt_tokens, u.cached_tokens, u.completion_tokens);
+  }
+  return j;
 }
 
 // What an audit will send, known before the first scoring request.
@@ -139,7 +152,21 @@ struct AuditPlan {
   int new_tokens = 1;             // generated per request
   int64_t requests_per_item = 1;  // scoring and checking requests
   std::string requests_note;
+  std::optional<TokenPrices> prices;  // --price-per-mtok
 };
+
+// The plan in audit.json, with its cost when prices were given.
+json plan_json(const AuditPlan& p) {
+  json j = {{"items", p.items},
+            {"pending", p.pending},
+            {"requests", p.pending * p.requests_per_item},
+            {"prompt_tokens", p.prompt_tokens},
+            {"generated_tokens", p.generated_tokens},
+            {"longest_prompt", p.longest_prompt}};
+  if (p.prices)
+    j["estimated_cost"] = token_cost(*p.prices, p.prompt_tokens, 0, p.generated_tokens);
+  return j;
+}
 
 // Items of the grid that have no successful record in OUT/results.jsonl (read only).
 int64_t pending_items(const std::string& out, int examples, int modulus) {
@@ -186,6 +213,12 @@ std::string plan_text(const AuditPlan& p, const HttpBackend& http, const std::st
       p.pending, p.items, p.items - p.pending, out, p.pending * p.requests_per_item,
       p.requests_note, http.stats().requests, p.prompt_tokens, p.longest_prompt, p.longest_example,
       p.generated_tokens);
+  if (p.prices)
+    t += fmt::format(
+        "  cost: about {:.4f} at {} in / {} out per million tokens (the plan's prompt and "
+        "generated tokens; the server's prefix cache can only lower it)\n",
+        token_cost(*p.prices, p.prompt_tokens, 0, p.generated_tokens), p.prices->input_per_mtok,
+        p.prices->output_per_mtok);
   const auto limit = http.context_limit();
   t += limit ? fmt::format("  context: {} tokens ({}), at most {} per prompt\n", limit->tokens,
                            limit->source, http.max_prompt(p.new_tokens))
@@ -206,7 +239,10 @@ std::string plan_text(const AuditPlan& p, const HttpBackend& http, const std::st
   return t;
 }
 
-void print_plan(const AuditArgs& a, const AuditPlan& p, const HttpBackend& http) {
+void print_plan(const AuditArgs& a, AuditPlan& p, const HttpBackend& http, json& audit) {
+  if (!a.price_per_mtok.empty())
+    p.prices = parse_token_prices(a.price_per_mtok, "--price-per-mtok");
+  audit["plan"] = plan_json(p);
   if (a.dry_run)
     std::cout << plan_text(p, http, a.out)
               << "dry run: nothing was scored and nothing was written\n";
@@ -275,6 +311,8 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
   o.max_retry_after_s = a.max_retry_after_s;
   o.adaptive_concurrency = !a.fixed_concurrency;
   o.request_cache = a.request_cache;
+  o.chat_template_file = a.chat_template;
+  o.reasoning = a.reasoning;
   return o;
 }
 
@@ -293,10 +331,15 @@ void validate(const AuditArgs& a) {
     throw Error(
         fmt::format("--max-context is {} (allowed: >= 1, or 0 = the server's)", a.max_context));
   api_from_string(a.api);
-  if (a.api == "chat" && a.render == "text")
-    throw Error(
-        "--api chat audits phasekv-served models (--render ids) only for now: a real "
-        "tokenizer's chat template needs the text rendering to count templated tokens");
+  check_reasoning(a.reasoning);
+  if (a.api != "chat" && (!a.chat_template.empty() || !a.reasoning.empty()))
+    throw Error("--chat-template and --reasoning apply to chat requests only (--api chat)");
+  if (a.mode == "logprob" && !a.reasoning.empty() && a.reasoning != "off")
+    throw Error("--reasoning " + a.reasoning +
+                " with --mode logprob: the first generated token, the one scored, would be the "
+                "reasoning's; use --mode generate (the answer is read after the reasoning)");
+  if (a.max_tokens < 0) throw Error("--max-tokens must be >= 0 (0 = the default budget)");
+  if (!a.price_per_mtok.empty()) parse_token_prices(a.price_per_mtok, "--price-per-mtok");
   validate_sla(a.sla, a.bootstrap);
 }
 
@@ -373,7 +416,7 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
   plan.requests_per_item = chat ? 3 : 1;
   plan.requests_note = chat ? "3 per item: detokenize, render, chat completion" : "1 per item";
   check_budget(http, plan, "--modulus or the task's context_len");
-  print_plan(a, plan, http);
+  print_plan(a, plan, http, audit);
   if (a.dry_run) return std::nullopt;
   const SweepResult result = run_sweep(http, o);
   audit["render"] = "ids";
@@ -393,7 +436,7 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
     return out;
   });
   audit["transport"] = transport_json(http.stats());
-  audit["usage"] = usage_json(http.usage());
+  audit["usage"] = usage_json(http.usage(), a.price_per_mtok);
   audit["timing"] = timing_json(result.run);
   write_sweep_outputs(a.out, result.label, result.summary, result.meta);
   write_audit_json(a.out, audit);
@@ -415,6 +458,14 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   to.modulus = a.modulus;
   to.padding = parse_padding(a.padding);
   to.seed = a.seed;
+  const bool chat = a.api == "chat";
+  if (chat) {  // the template's tokens around a message, learned from probe messages
+    const ChatFrame& frame = http.frame_chat("Hello world");
+    to.chat = true;
+    to.chat_prefix = frame.prefix;
+    to.chat_suffix = frame.suffix;
+    audit["backend"] = http.describe();  // with the frame
+  }
   TextKvTask task(
       {[&](const std::vector<std::string>& t, bool special) {
          return http.tokenize_many(t, special);
@@ -432,6 +483,13 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   mo.modulus = a.modulus;
   mo.generate = a.mode == "generate";
   mo.concurrency = a.concurrency;
+  mo.chat = chat;
+  mo.reasoning = a.reasoning;
+  // A chat model may reason before it answers (some do by default): without reasoning off, the
+  // budget leaves room for it.
+  mo.max_tokens = a.max_tokens > 0                      ? a.max_tokens
+                  : chat && mo.generate && a.reasoning != "off" ? kDefaultReasoningBudget
+                                                                : 0;
   TextAuditMode mode(task, identity, mo);
   const TextAuditPlan tp = mode.plan(mode.items());
   AuditPlan plan;
@@ -439,17 +497,20 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   plan.pending = pending_items(a.out, a.examples, a.modulus);
   plan.longest_prompt = tp.longest_prompt;
   plan.longest_example = tp.longest_example;
-  plan.new_tokens = mo.generate ? std::max(1, tp.longest_answer) : 1;
+  plan.new_tokens = !mo.generate ? 1 : mo.max_tokens > 0 ? mo.max_tokens : std::max(1, tp.longest_answer);
   const bool echo = !mo.generate && http.dialect() == Dialect::kVllm;
   // Prompt lengths differ between examples: the pending items' share of the whole grid's tokens.
   plan.prompt_tokens =
       static_cast<int64_t>(static_cast<double>(tp.prompt_tokens + (echo ? tp.items : 0)) *
                            plan.pending / std::max<int64_t>(1, tp.items));
   plan.generated_tokens = plan.pending * plan.new_tokens;
-  plan.requests_per_item = 5;
-  plan.requests_note = "per item: 1 scoring + 4 re-tokenization checks (detokenize, tokenize)";
+  plan.requests_per_item = chat ? 7 : 5;
+  plan.requests_note =
+      chat ? "per item: 1 chat completion + 2 to render and check the message (detokenize, "
+             "render; llama.cpp and --chat-template: + tokenize) + 4 re-tokenization checks"
+           : "per item: 1 scoring + 4 re-tokenization checks (detokenize, tokenize)";
   check_budget(http, plan, "--context-len, --n-records or --modulus");
-  print_plan(a, plan, http);
+  print_plan(a, plan, http, audit);
   if (a.dry_run) return std::nullopt;
   RunOptions ro;
   ro.out_dir = a.out;
@@ -466,10 +527,11 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   const PhaseSummary summary = summarize(t.outcomes, a.modulus, a.stride, stats);
   const std::string label =
       fmt::format("{} text-kv {} M={}", identity.model, identity.padding, a.modulus);
-  int64_t mismatched = 0, invalid_utf8 = 0;
+  int64_t mismatched = 0, invalid_utf8 = 0, missing = 0;
   for (const auto& [key, r] : run.latest) {
     mismatched += r.extra.value("position_ok", true) ? 0 : 1;
     invalid_utf8 += r.extra.value("output_invalid_utf8", false) ? 1 : 0;
+    missing += r.extra.value("answer_missing", false) ? 1 : 0;
   }
   audit["render"] = "text";
   audit["task"] = task.describe();
@@ -479,7 +541,9 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
                       {"errors", t.errors},
                       {"censored", t.censored},
                       {"position_mismatches", mismatched},
-                      {"output_invalid_utf8", invalid_utf8}};
+                      {"output_invalid_utf8", invalid_utf8},
+                      {"answers_missing", missing}};
+  if (chat && mo.generate) audit["generation_budget"] = plan.new_tokens;
   audit["period"] = period_report(t.outcomes, summary, stats);
   write_samples(a, http, run, [&](const std::vector<std::pair<int64_t, int>>& pairs) {
     std::vector<std::vector<int32_t>> out;
@@ -487,7 +551,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
     return out;
   });
   audit["transport"] = transport_json(http.stats());
-  audit["usage"] = usage_json(http.usage());
+  audit["usage"] = usage_json(http.usage(), a.price_per_mtok);
   audit["timing"] = timing_json(run);
   write_sweep_outputs(a.out, label, summary, audit);
   write_audit_json(a.out, audit);
@@ -498,6 +562,11 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
         "re-tokenized by the server (position_ok false in results.jsonl); the ids sent are "
         "exact, but the same text would put the key elsewhere\n",
         mismatched);
+  if (missing > 0)
+    std::cout << fmt::format(
+        "warning: {} answers never came: the reasoning used the whole budget of {} tokens "
+        "(answer_missing in results.jsonl; they count as wrong); raise --max-tokens\n",
+        missing, plan.new_tokens);
   std::cout << period_text(audit["period"]);
   return summary;
 }
@@ -518,10 +587,6 @@ void run_audit(const AuditArgs& a) {
       {"seed", a.seed},       {"padding", a.padding}};
   const auto task = served_task(a, *http);
   const bool ids = a.render == "ids" || (a.render == "auto" && task);
-  if (a.api == "chat" && !ids)
-    throw Error(
-        "--api chat: the server publishes no phasekv task (chat audits of real "
-        "tokenizers are not supported yet); give --task-config FILE for a phasekv model");
   if (ids && !task)
     throw Error("--render ids: the server publishes no phasekv task; give --task-config FILE");
   const std::optional<PhaseSummary> done =
@@ -545,6 +610,10 @@ void run_audit(const AuditArgs& a) {
       u.answers_from_cache > 0
           ? fmt::format("; {} answers from --request-cache (not sent)", u.answers_from_cache)
           : std::string());
+  if (!a.price_per_mtok.empty())
+    std::cout << fmt::format(
+        "cost of that usage: {:.4f} (--price-per-mtok {}; audit.json usage.cost)\n",
+        audit["usage"]["cost"].get<double>(), a.price_per_mtok);
   if (s.concurrency_decreases > 0)
     std::cout << fmt::format(
         "rate limits: {} HTTP 429, concurrency lowered {} times (to {} at least, {} now)\n",
@@ -612,6 +681,19 @@ void register_audit(CLI::App& app) {
                   "write the full prompt text of N items spread over the grid to "
                   "OUT/samples.jsonl")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--chat-template", a->chat_template,
+                  "FILE: the rendered prompt of one user message with {{content}} where the "
+                  "message goes, for servers that cannot render chat messages (--api chat)");
+  cmd->add_option("--reasoning", a->reasoning,
+                  "on|off|low|medium|high: chat_template_kwargs enable_thinking/thinking, or "
+                  "reasoning_effort (--api chat; default: the server's)");
+  cmd->add_option("--max-tokens", a->max_tokens,
+                  "generation budget per chat request in --mode generate, reasoning included "
+                  "(default: the answer's tokens with --reasoning off, else 1024)");
+  cmd->add_option("--price-per-mtok", a->price_per_mtok,
+                  "IN,OUT[,CACHED]: prices per million prompt, generated (and cached prompt) "
+                  "tokens, for a cost estimate in the plan and the cost of the usage in "
+                  "audit.json");
   cmd->add_flag("--fixed-concurrency", a->fixed_concurrency,
                 "keep --concurrency on 429s (default: halve it, then creep back)");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");

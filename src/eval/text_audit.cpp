@@ -4,9 +4,19 @@
 #include <cmath>
 #include <map>
 
+#include "backend/http_chat.h"
 #include "util/error.h"
+#include "util/hash.h"
 
 namespace phasekv {
+
+std::string prompt_ids_hash(const std::vector<int32_t>& ids) {
+  std::string bytes;
+  for (int32_t id : ids)
+    for (int b = 0; b < 4; ++b)
+      bytes.push_back(static_cast<char>((static_cast<uint32_t>(id) >> (8 * b)) & 0xFF));
+  return fnv1a64_hex(bytes);
+}
 
 TextAuditMode::TextAuditMode(TextKvTask& task, EvalRecord identity, TextAuditOptions options)
     : task_(task), identity_(std::move(identity)), o_(options) {}
@@ -59,9 +69,10 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
       contexts.push_back(it.tokens);
       longest = std::max(longest, it.answer.size());
     }
-    generated = backend.generate_many(contexts, static_cast<int>(longest));
+    generated = backend.generate_many(
+        contexts, o_.max_tokens > 0 ? o_.max_tokens : static_cast<int>(longest));
     for (size_t i = 0; i < generated.size(); ++i)
-      if (generated[i].tokens.size() > items[i].answer.size())
+      if (!generated[i].text && generated[i].tokens.size() > items[i].answer.size())
         generated[i].tokens.resize(items[i].answer.size());
   } else {
     std::vector<ScoreRequest> requests;
@@ -86,8 +97,18 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
       r.error = g.error;
       r.prediction = g.tokens.empty() ? -1 : g.tokens.front();
       // Exact match of the value. Output the server refused as invalid UTF-8 (llama.cpp) is
-      // wrong: the value is ASCII digits, so its tokens always decode to valid text.
-      r.correct = r.ok() && !g.invalid_utf8 && g.tokens == it.answer;
+      // wrong: the value is ASCII digits, so its tokens always decode to valid text. A chat
+      // answer is text: the first number after the reasoning must be the value.
+      if (g.text) {
+        const std::string said = first_number(*g.text);
+        r.correct = r.ok() && !g.answer_missing && said == it.answer_text;
+        r.extra["answer"] = said;
+        r.extra["answer_missing"] = g.answer_missing;
+        r.extra["finish_reason"] = g.finish_reason;
+        r.extra["reasoning_chars"] = g.reasoning.size();
+      } else {
+        r.correct = r.ok() && !g.invalid_utf8 && g.tokens == it.answer;
+      }
     } else {
       const ScoreResult& s = scored[i];
       r.error = s.error;
@@ -96,9 +117,14 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
       r.censored = s.censored;
       if (!s.censored && std::isfinite(s.target_logprob)) r.target_logprob = s.target_logprob;
     }
-    r.extra = {{"retokenizes_identically", checks[i].identical},
-               {"measured_key_pos", checks[i].measured_key_pos},
-               {"position_ok", checks[i].position_ok()}};
+    r.extra.update({{"retokenizes_identically", checks[i].identical},
+                    {"measured_key_pos", checks[i].measured_key_pos},
+                    {"position_ok", checks[i].position_ok()}});
+    if (o_.chat) {  // the rendered prompt (checked equal to these ids before it was sent)
+      r.extra["prompt_tokens"] = it.tokens.size();
+      r.extra["prompt_ids_fnv1a64"] = prompt_ids_hash(it.tokens);
+      r.extra["reasoning"] = o_.reasoning.empty() ? "server default" : o_.reasoning;
+    }
     if (o_.generate && generated[i].invalid_utf8) r.extra["output_invalid_utf8"] = true;
     out.push_back(std::move(r));
   }

@@ -17,7 +17,15 @@ struct TextAuditOptions {
   int modulus = 24;
   bool generate = false;  // exact match of greedy generation instead of top-1 of the logprobs
   int concurrency = 8;    // the backend's requests in flight: batches keep them busy
+  // Chat (`--api chat`): every record names the hash of its rendered prompt's ids and the
+  // reasoning setting; generated answers are read as text (the value after any reasoning).
+  bool chat = false;
+  std::string reasoning;  // as requested ("" = the server's default)
+  int max_tokens = 0;     // generation budget per request (0: the longest answer's tokens)
 };
+
+// FNV-1a 64 of a prompt's token ids (little-endian int32), hex: the same ids hash the same.
+std::string prompt_ids_hash(const std::vector<int32_t>& ids);
 
 // The prompts of a set of items, known before any is scored (TextAuditMode::plan).
 struct TextAuditPlan {
