@@ -71,11 +71,10 @@ class FakeChatServer {
     });
     server_.Get("/props", [this](const httplib::Request&, httplib::Response& res) {
       if (!llama()) return fail(res, 404, "Not Found");
-      res.set_content(
-          nlohmann::json({{"default_generation_settings", {{"n_ctx", o_.context}}},
-                          {"total_slots", 1}})
-              .dump(),
-          "application/json");
+      res.set_content(nlohmann::json({{"default_generation_settings", {{"n_ctx", o_.context}}},
+                                      {"total_slots", 1}})
+                          .dump(),
+                      "application/json");
     });
     server_.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       const auto j = nlohmann::json::parse(req.body);
@@ -107,12 +106,11 @@ class FakeChatServer {
     server_.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
       if (!llama()) return fail(res, 404, "Not Found");
       ++renders;
-      res.set_content(
-          nlohmann::json({{"prompt", render(nlohmann::json::parse(req.body))}}).dump(),
-          "application/json");
+      res.set_content(nlohmann::json({{"prompt", render(nlohmann::json::parse(req.body))}}).dump(),
+                      "application/json");
     });
-    server_.Post("/v1/chat/completions", [this](const httplib::Request& req,
-                                                httplib::Response& res) { chat(req, res); });
+    server_.Post("/v1/chat/completions",
+                 [this](const httplib::Request& req, httplib::Response& res) { chat(req, res); });
     port_ = server_.bind_to_any_port("127.0.0.1");
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -138,8 +136,7 @@ class FakeChatServer {
   std::mutex mutex_;
 
  private:
-  static constexpr const char* kSpecials[] = {"<|im_start|>", "<|im_end|>", "<think>",
-                                              "</think>"};
+  static constexpr const char* kSpecials[] = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};
   static constexpr const char* kSystem =
       "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n";
   static constexpr const char* kAssistant = "<|im_end|>\n<|im_start|>assistant\n";
@@ -149,9 +146,8 @@ class FakeChatServer {
 
   static void fail(httplib::Response& res, int status, const std::string& message) {
     res.status = status;
-    res.set_content(
-        nlohmann::json({{"error", {{"message", message}, {"code", status}}}}).dump(),
-        "application/json");
+    res.set_content(nlohmann::json({{"error", {{"message", message}, {"code", status}}}}).dump(),
+                    "application/json");
   }
 
   // Text to ids: the markers are one token each (a tokenizer's special tokens), the rest toy
@@ -258,9 +254,8 @@ class FakeChatServer {
       const size_t open = std::string("<think>").size();
       message[o_.reasoning_key] =
           text.substr(open, close == std::string::npos ? std::string::npos : close - open);
-      message["content"] = close == std::string::npos
-                               ? nlohmann::json(nullptr)
-                               : nlohmann::json(text.substr(close + 8));
+      message["content"] = close == std::string::npos ? nlohmann::json(nullptr)
+                                                      : nlohmann::json(text.substr(close + 8));
     } else {
       message["content"] = text;
       message[o_.reasoning_key] = nullptr;
@@ -282,25 +277,24 @@ class FakeChatServer {
         nlohmann::json top = nlohmann::json::array({logprob_entry(out[t], -0.1, ids)});
         if (t == 0 && right != out[t]) top.push_back(logprob_entry(right, -2.5, ids));
         while (static_cast<int>(top.size()) < top_n)
-          top.push_back(logprob_entry(toy_.id(" the"), -6.0 - static_cast<double>(top.size()),
-                                      ids));
+          top.push_back(
+              logprob_entry(toy_.id(" the"), -6.0 - static_cast<double>(top.size()), ids));
         while (static_cast<int>(top.size()) > top_n) top.erase(top.size() - 1);
         e["top_logprobs"] = top;
         content.push_back(e);
       }
       choice["logprobs"] = {{"content", content}};
     }
-    const nlohmann::json body = {
-        {"id", "chatcmpl-fake"},
-        {"object", "chat.completion"},
-        {"created", 1735142223},
-        {"model", "chat-model"},
-        {"choices", {choice}},
-        {"usage",
-         {{"prompt_tokens", prompt.size()},
-          {"completion_tokens", out.size()},
-          {"total_tokens", prompt.size() + out.size()}}},
-        {"prompt_logprobs", nullptr}};
+    const nlohmann::json body = {{"id", "chatcmpl-fake"},
+                                 {"object", "chat.completion"},
+                                 {"created", 1735142223},
+                                 {"model", "chat-model"},
+                                 {"choices", {choice}},
+                                 {"usage",
+                                  {{"prompt_tokens", prompt.size()},
+                                   {"completion_tokens", out.size()},
+                                   {"total_tokens", prompt.size() + out.size()}}},
+                                 {"prompt_logprobs", nullptr}};
     res.set_content(body.dump(), "application/json");
   }
 

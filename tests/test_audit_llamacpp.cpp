@@ -11,6 +11,7 @@
 #include <map>
 #include <regex>
 
+#include "audit_cli.h"
 #include "backend/http_client.h"
 #include "backend/http_dialect.h"
 #include "eval/results_file.h"
@@ -35,22 +36,10 @@ HttpBackendOptions llama_options(const FakeLlamaServer& s) {
   return o;
 }
 
-struct Cli {
-  int status = -1;
-  std::string log;
-};
+using Cli = test::AuditCli;
 
 Cli audit(const FakeLlamaServer& s, const fs::path& out, const std::string& extra) {
-  fs::create_directories(out.parent_path());
-  const std::string log = out.string() + ".log";
-  const std::string cmd = std::string(PHASEKV_BINARY) + " audit --endpoint " + s.endpoint() +
-                          " --model any --out " + out.string() +
-                          " --modulus 8 --examples 6 --records 3 --context-tokens 40"
-                          " --concurrency 4 --retry-base-s 0.01 --bootstrap 50"
-                          " --permutations 200 " +
-                          extra + " > " + log + " 2>&1";
-  const int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, read_file(log)};
+  return test::run_audit_cli(s.endpoint(), "any", out, extra);
 }
 
 // A text-kv prompt of the fake's shape, with the target record's key at position `key_pos`:

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <regex>
 
+#include "audit_cli.h"
 #include "backend/http_chat.h"
 #include "backend/http_cost.h"
 #include "eval/results_file.h"
@@ -25,21 +26,11 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using test::FakeChatServer;
 
-struct Cli {
-  int status = -1;
-  std::string log;
-};
+using Cli = test::AuditCli;
 
-Cli chat_audit(const FakeChatServer& s, const fs::path& out, const std::string& extra) {
-  const std::string log = out.string() + ".log";
-  const std::string cmd = std::string(PHASEKV_BINARY) + " audit --endpoint " + s.endpoint() +
-                          " --model chat-model --api chat --out " + out.string() +
-                          " --modulus 8 --examples 6 --records 3 --context-tokens 40"
-                          " --concurrency 4 --retry-base-s 0.01 --bootstrap 50"
-                          " --permutations 200 " +
-                          extra + " > " + log + " 2>&1";
-  const int st = std::system(cmd.c_str());
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, read_file(log)};
+Cli chat_audit(const FakeChatServer& s, const std::filesystem::path& out,
+               const std::string& extra) {
+  return test::run_audit_cli(s.endpoint(), "chat-model --api chat", out, extra);
 }
 
 // The audit found period 4 blind, and exactly the records whose key sits at a templated
@@ -98,13 +89,15 @@ TEST(ChatAnswers, RequestShapesFollowTheServersDocumentation) {
   EXPECT_EQ(c.body["messages"], json::parse(R"([{"role":"user","content":"hi"}])"));
   EXPECT_EQ(c.body["add_generation_prompt"], true);
   EXPECT_EQ(c.body["add_special_tokens"], false);
-  EXPECT_EQ(c.body["chat_template_kwargs"], json({{"enable_thinking", false}, {"thinking", false}}));
+  EXPECT_EQ(c.body["chat_template_kwargs"],
+            json({{"enable_thinking", false}, {"thinking", false}}));
   EXPECT_FALSE(c.body.contains("reasoning_effort"));
   // llama.cpp: /apply-template {messages} -> {prompt}.
   c = chat_render_call(ChatRenderSource::kApplyTemplate, "m", "hi", "");
   EXPECT_EQ(c.route, "/apply-template");
   EXPECT_FALSE(c.body.contains("chat_template_kwargs"));
-  EXPECT_EQ(parse_applied_template(json{{"prompt", "<|im_start|>user\nhi"}}), "<|im_start|>user\nhi");
+  EXPECT_EQ(parse_applied_template(json{{"prompt", "<|im_start|>user\nhi"}}),
+            "<|im_start|>user\nhi");
   EXPECT_THROW(parse_applied_template(json{{"text", "x"}}), ProtocolError);
   // Effort is a sampling field of the chat request, not a template kwarg.
   ChatCallOptions o;
@@ -217,7 +210,8 @@ TEST(ChatTemplateAudit, GenerateWithReasoningReadsTheAnswerAfterTheThinkBlock) {
     }
   }
   // A budget the reasoning uses up: no answer comes, every record is wrong and counted.
-  const Cli small = chat_audit(server, dir / "small", "--mode generate --reasoning on --max-tokens 6");
+  const Cli small =
+      chat_audit(server, dir / "small", "--mode generate --reasoning on --max-tokens 6");
   ASSERT_EQ(small.status, 0) << small.log;
   const json a = json::parse(read_file((dir / "small" / "audit.json").string()));
   EXPECT_EQ(a["records"]["answers_missing"], 48);

@@ -198,10 +198,10 @@ ChatAnswer split_reasoning(const std::string& content, const std::string& reason
   const size_t start = content.find_first_not_of(" \t\r\n");
   const size_t close = content.find(kClose);
   if (close != std::string::npos) {  // templates that open <think> in the prompt send no opener
-    const size_t open = content.compare(start == std::string::npos ? 0 : start, kOpen.size(),
-                                        kOpen) == 0
-                            ? start + kOpen.size()
-                            : 0;
+    const size_t open =
+        content.compare(start == std::string::npos ? 0 : start, kOpen.size(), kOpen) == 0
+            ? start + kOpen.size()
+            : 0;
     a.reasoning = content.substr(open, close - open);
     a.answer = content.substr(close + kClose.size());
   } else if (start != std::string::npos && content.compare(start, kOpen.size(), kOpen) == 0) {
@@ -221,8 +221,8 @@ std::string first_number(const std::string& answer) {
 
 ChatFrame frame_from_probe(const std::vector<int32_t>& rendered,
                            const std::vector<int32_t>& content_ids) {
-  const auto first = std::search(rendered.begin(), rendered.end(), content_ids.begin(),
-                                 content_ids.end());
+  const auto first =
+      std::search(rendered.begin(), rendered.end(), content_ids.begin(), content_ids.end());
   if (content_ids.empty() || first == rendered.end() ||
       std::search(first + 1, rendered.end(), content_ids.begin(), content_ids.end()) !=
           rendered.end())

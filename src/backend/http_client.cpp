@@ -262,27 +262,27 @@ void HttpBackend::learn_chat_template(int slot) {
   try {
     chat_frame_ = {render_chat(slot, ""), {}};
   } catch (const RequestFailed& e) {
-    if (e.status < 400 || e.status >= 500 || chat_source_ == ChatRenderSource::kTemplateFile)
-      throw;
+    if (e.status < 400 || e.status >= 500 || chat_source_ == ChatRenderSource::kTemplateFile) throw;
     throw Error("endpoint " + options_.endpoint + " cannot render chat messages (" +
                 (chat_source_ == ChatRenderSource::kApplyTemplate ? "POST /apply-template"s
                                                                   : "POST /tokenize {messages}"s) +
                 " answered " + std::to_string(e.status) +
                 "), so the templated position of the key is unknown; give --chat-template FILE "
-                "with the template's rendering of one user message: " + e.what());
+                "with the template's rendering of one user message: " +
+                e.what());
   }
 }
 
 std::vector<int32_t> HttpBackend::render_chat(int slot, const std::string& content) {
   std::string text;
   if (chat_source_ == ChatRenderSource::kServerTokenize) {
-    const HttpCall call = chat_render_call(chat_source_, options_.model, content,
-                                           options_.reasoning);
+    const HttpCall call =
+        chat_render_call(chat_source_, options_.model, content, options_.reasoning);
     return parse_tokenize(transport_->post(slot, call.route, call.body));
   }
   if (chat_source_ == ChatRenderSource::kApplyTemplate) {
-    const HttpCall call = chat_render_call(chat_source_, options_.model, content,
-                                           options_.reasoning);
+    const HttpCall call =
+        chat_render_call(chat_source_, options_.model, content, options_.reasoning);
     text = parse_applied_template(transport_->post(slot, call.route, call.body));
   } else {
     text = fill_template_file(chat_template_text_, options_.chat_template_file, content);
@@ -375,7 +375,8 @@ ScoreResult HttpBackend::score_one(int slot, const ScoreRequest& r) {
   if (!out.error.empty()) return out;
   try {
     if (options_.mode == ScoreMode::kLogprob && options_.api == ApiKind::kChat) {
-      const HttpCall call = chat_call(call_params(), chat_content(slot, r.context), chat_options(1));
+      const HttpCall call =
+          chat_call(call_params(), chat_content(slot, r.context), chat_options(1));
       return parse_chat_score(post_counted(slot, call), r);
     }
     if (options_.mode == ScoreMode::kLogprob) {

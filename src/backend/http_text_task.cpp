@@ -219,8 +219,7 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
 
 TextKvTask::Shape TextKvTask::shape(int64_t example_id) {
   const Example ex = make_example(example_id);
-  return {static_cast<int>(bos_.size() + ex.body.size() + ex.query.size() +
-                           o_.chat_suffix.size()) +
+  return {static_cast<int>(bos_.size() + ex.body.size() + ex.query.size() + o_.chat_suffix.size()) +
               o_.modulus - 1,
           static_cast<int>(ex.answer.size())};
 }
@@ -293,15 +292,16 @@ std::vector<TextCheck> TextKvTask::verify(const std::vector<TextItem>& items) {
 
 json TextKvTask::describe() const {
   json d = {{"render", "text"},
-          {"records", o_.records},
-          {"context_tokens", o_.context_tokens},
-          {"padding", to_string(o_.padding)},
-          {"padding_token", pad_},
-          {"padding_text", pad_text_},
-          {"bos", bos_},
-          {"record_format", "\\nkey K -> value V."},
-          {"question", o_.chat ? "\\n\\nQuestion: what is the value of key K? Answer with the value only."
-                               : "\\n\\nQuestion: what is the value of key K?\\nAnswer: key K -> value"}};
+            {"records", o_.records},
+            {"context_tokens", o_.context_tokens},
+            {"padding", to_string(o_.padding)},
+            {"padding_token", pad_},
+            {"padding_text", pad_text_},
+            {"bos", bos_},
+            {"record_format", "\\nkey K -> value V."},
+            {"question",
+             o_.chat ? "\\n\\nQuestion: what is the value of key K? Answer with the value only."
+                     : "\\n\\nQuestion: what is the value of key K?\\nAnswer: key K -> value"}};
   if (o_.chat) {
     d["chat"] = true;
     d["chat_template_prefix_tokens"] = o_.chat_prefix.size();

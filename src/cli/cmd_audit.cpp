@@ -127,14 +127,14 @@ json transport_json(const TransportStats& s) {
 
 json usage_json(const UsageTotals& u, const std::string& prices) {
   json j = {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"cached_tokens", u.cached_tokens},
-          {"answers_with_usage", u.answers_with_usage},
-          {"answers_without_usage", u.answers_without_usage},
-          {"answers_from_request_cache", u.answers_from_cache},
-          {"scope",
-           "this run's scoring and generation answers, as the server counted them "
-           "(tokenize/detokenize calls and resumed records not included)"}};
+            {"completion_tokens", u.completion_tokens},
+            {"cached_tokens", u.cached_tokens},
+            {"answers_with_usage", u.answers_with_usage},
+            {"answers_without_usage", u.answers_without_usage},
+            {"answers_from_request_cache", u.answers_from_cache},
+            {"scope",
+             "this run's scoring and generation answers, as the server counted them "
+             "(tokenize/detokenize calls and resumed records not included)"}};
   if (!prices.empty()) {
     const TokenPrices p = parse_token_prices(prices, "--price-per-mtok");
     j["prices"] = prices_json(p);
@@ -163,8 +163,7 @@ json plan_json(const AuditPlan& p) {
             {"prompt_tokens", p.prompt_tokens},
             {"generated_tokens", p.generated_tokens},
             {"longest_prompt", p.longest_prompt}};
-  if (p.prices)
-    j["estimated_cost"] = token_cost(*p.prices, p.prompt_tokens, 0, p.generated_tokens);
+  if (p.prices) j["estimated_cost"] = token_cost(*p.prices, p.prompt_tokens, 0, p.generated_tokens);
   return j;
 }
 
@@ -487,7 +486,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   mo.reasoning = a.reasoning;
   // A chat model may reason before it answers (some do by default): without reasoning off, the
   // budget leaves room for it.
-  mo.max_tokens = a.max_tokens > 0                      ? a.max_tokens
+  mo.max_tokens = a.max_tokens > 0                              ? a.max_tokens
                   : chat && mo.generate && a.reasoning != "off" ? kDefaultReasoningBudget
                                                                 : 0;
   TextAuditMode mode(task, identity, mo);
@@ -497,7 +496,9 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   plan.pending = pending_items(a.out, a.examples, a.modulus);
   plan.longest_prompt = tp.longest_prompt;
   plan.longest_example = tp.longest_example;
-  plan.new_tokens = !mo.generate ? 1 : mo.max_tokens > 0 ? mo.max_tokens : std::max(1, tp.longest_answer);
+  plan.new_tokens = !mo.generate        ? 1
+                    : mo.max_tokens > 0 ? mo.max_tokens
+                                        : std::max(1, tp.longest_answer);
   const bool echo = !mo.generate && http.dialect() == Dialect::kVllm;
   // Prompt lengths differ between examples: the pending items' share of the whole grid's tokens.
   plan.prompt_tokens =
