@@ -1,10 +1,10 @@
 // The kill drill of the text-rendered audit (issue 20): `phasekv audit --render text` is kill -9ed
 // at random points of its records and rerun; the records and phase.csv must equal an
 // uninterrupted run's byte for byte. scripts/drills.sh runs the same drill for `--render ids`
-// against `phasekv serve`; the text rendering needs a subword tokenizer, which no bundled model
-// has (their word tokenizers refuse the rendering's words), so this one runs against the fake
-// llama-server of the audit tests (fake_llamacpp.h), kept up across the kills so that its toy
-// tokenizer's ids stay the same.
+// against `phasekv serve` of a bundled model; their word tokenizers refuse the text rendering's
+// words, so this one runs against the fake llama-server of the audit tests (fake_llamacpp.h),
+// kept up across the kills so that its toy tokenizer's ids stay the same. (test_runner.cpp kills
+// a text audit of `phasekv serve` once, with a random model over the rendering's words.)
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
