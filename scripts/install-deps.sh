@@ -12,7 +12,7 @@ PACKAGES=(
   # oneDNN's headers: phasekv runs its f32 GEMMs through oneDNN's sgemm (AVX-512), ~2x the
   # AVX2 kernels OpenBLAS 0.3.21 picks on CPUs it does not know (measured on AMD Zen 5).
   libdnnl-dev
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libfmt-dev
   libsentencepiece-dev libtomlplusplus-dev
   googletest libgtest-dev libbenchmark-dev
   # The PyTorch-Python reference used by bench/ (numerics and speed comparison).

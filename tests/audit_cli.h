@@ -17,13 +17,15 @@ struct AuditCli {
   std::string log;
 };
 
+constexpr const char* kSmallAuditGrid = "--modulus 8 --examples 6 --records 3 --context-tokens 40";
+
 inline AuditCli run_audit_cli(const std::string& endpoint, const std::string& model,
-                              const std::filesystem::path& out, const std::string& extra) {
+                              const std::filesystem::path& out, const std::string& extra,
+                              const std::string& grid = kSmallAuditGrid) {
   std::filesystem::create_directories(out.parent_path());
   const std::string log = out.string() + ".log";
   const std::string cmd = std::string(PHASEKV_BINARY) + " audit --endpoint " + endpoint +
-                          " --model " + model + " --out " + out.string() +
-                          " --modulus 8 --examples 6 --records 3 --context-tokens 40"
+                          " --model " + model + " --out " + out.string() + " " + grid +
                           " --concurrency 4 --retry-base-s 0.01 --bootstrap 50"
                           " --permutations 200 " +
                           extra + " > " + log + " 2>&1";

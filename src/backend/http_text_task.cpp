@@ -49,6 +49,7 @@ struct TextKvTask::Example {
   int64_t id = 0;
   std::vector<int32_t> body;   // intro, filler and records
   int target_start = 0;        // body offset where the target record begins ("\nkey")
+  double depth = 0;            // target_start / body length
   int key_off = 0;             // body offset of the target key's first non-blank token
   int value_off = 0;           // and of the value's
   std::vector<int32_t> query;  // ends right before the value's first non-blank token
@@ -128,7 +129,8 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
     if (leads.insert(one_digit ? v / 1000 : v / 100).second) value_list.push_back(v);
   }
   const int target = draw_below(rng, o_.records);
-  const int first_sentence = draw_below(rng, static_cast<int>(kSentences.size()));
+  const std::vector<std::string>& filler = o_.filler.empty() ? kSentences : o_.filler;
+  const int first_sentence = draw_below(rng, static_cast<int>(filler.size()));
 
   // Tokenize this example's pieces in one batch (the fixed ones are cached).
   std::vector<std::string> texts;
@@ -169,16 +171,41 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
   std::vector<std::vector<int32_t>> sentences;
   int length = static_cast<int>(ex.body.size()) + record_tokens;
   for (int s = 0; length < o_.context_tokens || static_cast<int>(sentences.size()) < 1; ++s) {
-    sentences.push_back(ids(kSentences[(first_sentence + s) % kSentences.size()]));
+    const size_t at = (first_sentence + s) % filler.size();
+    sentences.push_back(o_.filler_ids.empty() ? ids(filler[at]) : o_.filler_ids[at]);
     length += static_cast<int>(sentences.back().size());
   }
-  std::vector<int> slots;  // record i goes after sentence slots[i] (sorted, may repeat)
+  std::vector<int> slots;  // sentence boundaries, sorted; record r goes to the r-th
   for (int i = 0; i < o_.records; ++i)
     slots.push_back(draw_below(rng, static_cast<int>(sentences.size()) + 1));
   std::sort(slots.begin(), slots.end());
-  size_t r = 0;
+  std::vector<std::pair<int, int>> placed;  // (boundary, record) in body order
+  for (int i = 0; i < o_.records; ++i) placed.push_back({slots[static_cast<size_t>(i)], i});
+  if (o_.depth >= 0) {  // the boundary whose filler before it is nearest depth x all filler
+    std::vector<int64_t> before = {0};
+    for (const auto& sentence : sentences)
+      before.push_back(before.back() + static_cast<int64_t>(sentence.size()));
+    const double want = o_.depth * static_cast<double>(before.back());
+    int best = 0;
+    for (int b = 1; b < static_cast<int>(before.size()); ++b)
+      if (std::abs(static_cast<double>(before[static_cast<size_t>(b)]) - want) <
+          std::abs(static_cast<double>(before[static_cast<size_t>(best)]) - want))
+        best = b;
+    placed[static_cast<size_t>(target)].first = best;
+    // At a shared boundary the target goes first in the first half of the document and last in
+    // the second, so depth 0 and 100 are the document's two ends.
+    const bool early = o_.depth < 0.5;
+    auto order = [&](const std::pair<int, int>& p) {
+      return std::pair{p.first, p.second == target ? (early ? 0 : 2) : 1};
+    };
+    std::stable_sort(placed.begin(), placed.end(),
+                     [&](const auto& a, const auto& b) { return order(a) < order(b); });
+  }
+  size_t p = 0;
+  int target_len = 0;
   for (size_t s = 0; s <= sentences.size(); ++s) {
-    for (; r < slots.size() && slots[r] == static_cast<int>(s); ++r) {
+    for (; p < placed.size() && placed[p].first == static_cast<int>(s); ++p) {
+      const size_t r = static_cast<size_t>(placed[p].second);
       const auto& key = ids(texts[2 * r]);
       const auto& value = ids(texts[2 * r + 1]);
       if (static_cast<int>(r) == target) ex.target_start = static_cast<int>(ex.body.size());
@@ -191,9 +218,15 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
         ex.value_off = static_cast<int>(ex.body.size()) + first_nonblank(value);
       append(ex.body, value);
       append(ex.body, ids(kRecordEnd));
+      if (static_cast<int>(r) == target)
+        target_len = static_cast<int>(ex.body.size()) - ex.target_start;
     }
     if (s < sentences.size()) append(ex.body, sentences[s]);
   }
+  // As NIAH measures it: the share of the document (all but the target record) before it.
+  ex.depth =
+      static_cast<double>(ex.target_start) /
+      static_cast<double>(std::max<size_t>(1, ex.body.size() - static_cast<size_t>(target_len)));
   const auto& key = ids(texts[2 * target]);
   ex.answer_text = std::to_string(value_list[static_cast<size_t>(target)]);
   if (o_.chat) {  // the assistant's answer starts a turn: the digits without a space
@@ -255,6 +288,7 @@ std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int
     item.target = ex.target;
     item.answer = ex.answer;
     item.answer_text = ex.answer_text;
+    item.depth = ex.depth;
     if (item.key_pos % M != phase)
       throw Error("internal: text task layout does not put the key at its phase");
     items.push_back(std::move(item));

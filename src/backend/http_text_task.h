@@ -51,6 +51,14 @@ struct TextTaskOptions {
   // message asks for the value alone, and the answer is the assistant's first tokens.
   bool chat = false;
   std::vector<int32_t> chat_prefix, chat_suffix;
+  // Long documents: filler sentences in document order (task/filler_corpus.h; empty: the eight
+  // built-in sentences), read from a random start per example and wrapping around; and the
+  // target record's depth in the body as a fraction 0..1 (negative: every record at a random
+  // sentence boundary). A depth puts the target at the sentence boundary nearest that fraction
+  // of the filler's tokens, as NIAH places its needle; the other records stay random.
+  std::vector<std::string> filler;
+  std::vector<std::vector<int32_t>> filler_ids;  // filler's ids when tokenized beforehand
+  double depth = -1;
 };
 
 // One (example, phase) prompt.
@@ -62,6 +70,7 @@ struct TextItem {
   std::vector<int32_t> answer;  // every value token from `target` on (generate mode)
   std::string answer_text;      // the value's digits (chat answers are read as text)
   int key_pos = 0, value_pos = 0, query_pos = 0;
+  double depth = 0;  // the share of the body's other tokens before the target record
 };
 
 // The server's view of an item's text.

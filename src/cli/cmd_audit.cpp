@@ -18,8 +18,10 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "backend/http_client.h"
 #include "backend/http_cost.h"
@@ -30,6 +32,8 @@
 #include "eval/sweep.h"
 #include "eval/text_audit.h"
 #include "report/report.h"
+#include "task/doc_grid.h"
+#include "task/filler_corpus.h"
 #include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -51,7 +55,8 @@ struct AuditArgs {
   int64_t max_total_retries = 2000, max_context = 0;
   double timeout_s = 60, retry_base_s = 0.25, max_retry_after_s = 120;
   uint64_t seed = 0;
-  int records = 8, context_tokens = 512, bootstrap = 2000, permutations = 1000;
+  int records = 8, bootstrap = 2000, permutations = 1000;
+  std::string context_tokens = "512", depths, filler;
   bool keep_prefix_cache = false, dry_run = false, fixed_concurrency = false;
   std::string request_cache, price_per_mtok, chat_template, reasoning;
   int max_tokens = 0;
@@ -168,15 +173,18 @@ json plan_json(const AuditPlan& p) {
 }
 
 // Items of the grid that have no successful record in OUT/results.jsonl (read only).
-int64_t pending_items(const std::string& out, int examples, int modulus) {
+int64_t pending_items(const std::string& out, int examples, int modulus,
+                      const std::vector<std::string>& conditions = {""}) {
   const fs::path path = fs::path(out) / "results.jsonl";
-  const int64_t all = static_cast<int64_t>(examples) * modulus;
+  const int64_t all =
+      static_cast<int64_t>(examples) * modulus * static_cast<int64_t>(conditions.size());
   if (!fs::exists(path)) return all;
-  std::set<std::pair<int64_t, int>> done;
+  const std::set<std::string> wanted(conditions.begin(), conditions.end());
+  std::set<std::tuple<std::string, int64_t, int>> done;
   for (const auto& r : read_results(path.string()).records)
-    if (r.ok() && r.condition.empty() && r.example_id >= 0 && r.example_id < examples &&
+    if (r.ok() && wanted.count(r.condition) && r.example_id >= 0 && r.example_id < examples &&
         r.phase >= 0 && r.phase < modulus)
-      done.insert({r.example_id, r.phase});
+      done.insert({r.condition, r.example_id, r.phase});
   return all - static_cast<int64_t>(done.size());
 }
 
@@ -253,6 +261,7 @@ void print_plan(const AuditArgs& a, AuditPlan& p, const HttpBackend& http, json&
 // full text of its prompt as the server detokenizes it, written to OUT/samples.jsonl (replaced
 // on every run). `prompts` builds the prompts' token ids of the chosen items.
 void write_samples(const AuditArgs& a, HttpBackend& http, const RunResult& run,
+                   const std::string& condition,
                    const std::function<std::vector<std::vector<int32_t>>(
                        const std::vector<std::pair<int64_t, int>>&)>& prompts) {
   if (a.log_samples <= 0) return;
@@ -270,7 +279,7 @@ void write_samples(const AuditArgs& a, HttpBackend& http, const RunResult& run,
                  {"prompt_tokens", ids[i].size()},
                  {"prompt_ids", ids[i]},
                  {"prompt_text", texts[i]}};
-    const auto r = run.latest.find(ItemKey{"", pairs[i].first, pairs[i].second});
+    const auto r = run.latest.find(ItemKey{condition, pairs[i].first, pairs[i].second});
     if (r != run.latest.end()) {
       line["key_pos"] = r->second.key_pos;
       line["target"] = r->second.target;
@@ -339,6 +348,8 @@ void validate(const AuditArgs& a) {
                 "reasoning's; use --mode generate (the answer is read after the reasoning)");
   if (a.max_tokens < 0) throw Error("--max-tokens must be >= 0 (0 = the default budget)");
   if (!a.price_per_mtok.empty()) parse_token_prices(a.price_per_mtok, "--price-per-mtok");
+  parse_token_list(a.context_tokens, "--context-tokens");
+  parse_depths(a.depths, "--depths");
   validate_sla(a.sla, a.bootstrap);
 }
 
@@ -376,6 +387,10 @@ void write_audit_json(const std::string& out, json audit) {
 
 std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task,
                                       json& audit) {
+  if (!a.filler.empty() || !a.depths.empty() || a.context_tokens != "512")
+    throw Error(
+        "--filler, --depths and --context-tokens shape text documents (--render text); a "
+        "phasekv model's ids audit takes its lengths from the served task");
   // The served task as published, or passkey posed to a kv model (its settings, one needle).
   if (a.task != to_string(task.kind)) {
     if (a.task != "passkey" || task.kind != TaskKind::kKv)
@@ -426,7 +441,7 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
                       {"censored", result.censored}};
   audit["period"] =
       period_report(tally(result.run, "", o.modulus).outcomes, result.summary, o.stats);
-  write_samples(a, http, result.run, [&](const std::vector<std::pair<int64_t, int>>& pairs) {
+  write_samples(a, http, result.run, "", [&](const std::vector<std::pair<int64_t, int>>& pairs) {
     std::vector<std::vector<int32_t>> out;
     for (const auto& [e, r] : pairs)
       out.push_back(materialize(make_logical_example(task, a.seed, static_cast<uint64_t>(e)),
@@ -449,11 +464,52 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
 // ---------------------------------------------------------------------------------------------
 // text: real tokenizers.
 
+// One cell of the long-document grid after the run: its phase summary, for audit.json and the
+// depth x length table.
+json cell_json(const DocCell& c, const PhaseSummary& s, const Tally& t, const RunResult& run) {
+  double depth = 0;
+  int64_t n = 0;
+  for (const auto& [key, r] : run.latest)
+    if (r.condition == c.condition && r.extra.contains("depth_measured")) {
+      depth += r.extra["depth_measured"].get<double>();
+      ++n;
+    }
+  return {
+      {"condition", c.condition},
+      {"context_tokens", c.context_tokens},
+      {"depth_pct", c.depth_pct < 0 ? json(nullptr) : json(c.depth_pct)},
+      {"depth_measured_pct", n > 0 ? json(100.0 * depth / static_cast<double>(n)) : json(nullptr)},
+      {"outcomes", static_cast<int64_t>(t.outcomes.size())},
+      {"errors", t.errors},
+      {"mean_acc", s.mean_acc},
+      {"worst_phase", s.worst_phase},
+      {"worst_acc", s.worst_acc},
+      {"best_phase", s.best_phase},
+      {"gap_pp", s.gap_pp},
+      {"detected_period", s.period.detected > 0 ? json(s.period.detected) : json(nullptr)},
+      {"period_p_value", s.period.p_value}};
+}
+
+// The depth x length table: per cell the worst phase, its accuracy and the gap.
+std::string grid_text(const json& cells) {
+  std::string t = "depth x length (worst phase: accuracy, gap pp):\n";
+  for (const auto& c : cells)
+    t +=
+        fmt::format("  {:>7} tokens  depth {:>6}  worst r={:<3} {:.3f}  gap {:5.1f}  mean {:.3f}\n",
+                    c["context_tokens"].get<int>(),
+                    c["depth_pct"].is_null() ? std::string("random")
+                                             : fmt::format("{}%", c["depth_pct"].get<double>()),
+                    c["worst_phase"].get<int>(), c["worst_acc"].get<double>(),
+                    c["gap_pp"].get<double>(), c["mean_acc"].get<double>());
+  return t;
+}
+
 std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   if (a.task != "kv") throw Error("--task passkey needs a phasekv-served model (render ids)");
+  const std::vector<DocCell> cells = doc_grid(
+      parse_token_list(a.context_tokens, "--context-tokens"), parse_depths(a.depths, "--depths"));
   TextTaskOptions to;
   to.records = a.records;
-  to.context_tokens = a.context_tokens;
   to.modulus = a.modulus;
   to.padding = parse_padding(a.padding);
   to.seed = a.seed;
@@ -465,12 +521,26 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
     to.chat_suffix = frame.suffix;
     audit["backend"] = http.describe();  // with the frame
   }
-  TextKvTask task(
-      {[&](const std::vector<std::string>& t, bool special) {
-         return http.tokenize_many(t, special);
-       },
-       [&](const std::vector<std::vector<int32_t>>& ids) { return http.detokenize_many(ids); }},
-      to);
+  if (!a.filler.empty()) {  // natural text, checked against its manifest, tokenized once
+    const FillerCorpus corpus = load_filler_corpus(a.filler);
+    to.filler = corpus.sentences;
+    to.filler_ids = http.tokenize_many(corpus.sentences, false);
+    audit["filler"] = corpus.describe();
+  }
+  const TextTokenizerFns tokenizer{
+      [&](const std::vector<std::string>& t, bool special) {
+        return http.tokenize_many(t, special);
+      },
+      [&](const std::vector<std::vector<int32_t>>& ids) { return http.detokenize_many(ids); }};
+  std::vector<std::unique_ptr<TextKvTask>> tasks;
+  std::vector<TextAuditCell> mode_cells;
+  for (const auto& c : cells) {
+    TextTaskOptions co = to;
+    co.context_tokens = c.context_tokens;
+    co.depth = c.depth_pct < 0 ? -1 : c.depth_pct / 100;
+    tasks.push_back(std::make_unique<TextKvTask>(tokenizer, co));
+    mode_cells.push_back({c.condition, tasks.back().get()});
+  }
   EvalRecord identity;
   identity.model = http.model_id();
   identity.task = "text-kv";
@@ -489,11 +559,13 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   mo.max_tokens = a.max_tokens > 0                              ? a.max_tokens
                   : chat && mo.generate && a.reasoning != "off" ? kDefaultReasoningBudget
                                                                 : 0;
-  TextAuditMode mode(task, identity, mo);
+  TextAuditMode mode(mode_cells, identity, mo);
   const TextAuditPlan tp = mode.plan(mode.items());
+  std::vector<std::string> conditions;
+  for (const auto& c : cells) conditions.push_back(c.condition);
   AuditPlan plan;
   plan.items = tp.items;
-  plan.pending = pending_items(a.out, a.examples, a.modulus);
+  plan.pending = pending_items(a.out, a.examples, a.modulus, conditions);
   plan.longest_prompt = tp.longest_prompt;
   plan.longest_example = tp.longest_example;
   plan.new_tokens = !mo.generate        ? 1
@@ -510,7 +582,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
       chat ? "per item: 1 chat completion + 2 to render and check the message (detokenize, "
              "render; llama.cpp and --chat-template: + tokenize) + 4 re-tokenization checks"
            : "per item: 1 scoring + 4 re-tokenization checks (detokenize, tokenize)";
-  check_budget(http, plan, "--context-len, --n-records or --modulus");
+  check_budget(http, plan, "--context-tokens, --n-records or --modulus");
   print_plan(a, plan, http, audit);
   if (a.dry_run) return std::nullopt;
   RunOptions ro;
@@ -520,11 +592,27 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   ro.progress_note = retries_note(http);
   const RunResult run = run_items(http, mode, ro);
 
-  const Tally t = tally(run, "", a.modulus);
-  require_every_phase(t, run.path);
   SummaryOptions stats;
   stats.bootstrap_reps = a.bootstrap;
   stats.permutations = a.permutations;
+  // Each cell on its own, and all cells pooled (each cell's examples are other documents, so
+  // they count as other clusters) for the period, the report files and the gate.
+  Tally pooled;
+  json cell_rows = json::array();
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const Tally t = tally(run, cells[i].condition, a.modulus);
+    require_every_phase(t, run.path);
+    if (cells.size() > 1)
+      cell_rows.push_back(
+          cell_json(cells[i], summarize(t.outcomes, a.modulus, a.stride, stats), t, run));
+    for (PhaseOutcome o : t.outcomes) {
+      o.example_id += static_cast<int64_t>(i) * a.examples;
+      pooled.outcomes.push_back(o);
+    }
+    pooled.errors += t.errors;
+    pooled.censored += t.censored;
+  }
+  const Tally& t = pooled;
   const PhaseSummary summary = summarize(t.outcomes, a.modulus, a.stride, stats);
   const std::string label =
       fmt::format("{} text-kv {} M={}", identity.model, identity.padding, a.modulus);
@@ -535,7 +623,14 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
     missing += r.extra.value("answer_missing", false) ? 1 : 0;
   }
   audit["render"] = "text";
-  audit["task"] = task.describe();
+  audit["task"] = tasks.front()->describe();
+  if (cells.size() > 1) {
+    audit["task"]["context_tokens"] = parse_token_list(a.context_tokens, "--context-tokens");
+    audit["task"]["depths_pct"] = parse_depths(a.depths, "--depths");
+    audit["cells"] = cell_rows;
+  } else if (cells.front().depth_pct >= 0) {
+    audit["task"]["depth_pct"] = cells.front().depth_pct;
+  }
   audit["records"] = {{"outcomes", static_cast<int64_t>(t.outcomes.size())},
                       {"scored_this_run", run.scored},
                       {"resumed", run.resumed},
@@ -546,17 +641,20 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
                       {"answers_missing", missing}};
   if (chat && mo.generate) audit["generation_budget"] = plan.new_tokens;
   audit["period"] = period_report(t.outcomes, summary, stats);
-  write_samples(a, http, run, [&](const std::vector<std::pair<int64_t, int>>& pairs) {
-    std::vector<std::vector<int32_t>> out;
-    for (auto& item : task.build(pairs)) out.push_back(std::move(item.tokens));
-    return out;
-  });
+  write_samples(a, http, run, cells.front().condition,
+                [&](const std::vector<std::pair<int64_t, int>>& pairs) {
+                  std::vector<std::vector<int32_t>> out;
+                  for (auto& item : tasks.front()->build(pairs))
+                    out.push_back(std::move(item.tokens));
+                  return out;
+                });
   audit["transport"] = transport_json(http.stats());
   audit["usage"] = usage_json(http.usage(), a.price_per_mtok);
   audit["timing"] = timing_json(run);
   write_sweep_outputs(a.out, label, summary, audit);
   write_audit_json(a.out, audit);
   std::cout << terminal_table(summary, label) << phase_verdict(summary).text() << "\n";
+  if (cells.size() > 1) std::cout << grid_text(cell_rows);
   if (mismatched > 0)
     std::cout << fmt::format(
         "warning: {} records have a key position that differs from the plan when their text is "
@@ -669,7 +767,15 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--top-n", a->top_n, "logprobs / n_probs per position");
   cmd->add_option("--n-records,--records", a->records, "text: key-value records per prompt");
   cmd->add_option("--context-len,--context-tokens", a->context_tokens,
-                  "text: body length in tokens before padding");
+                  "text: body length in tokens before padding; a list (1024,4096,...) audits "
+                  "each length");
+  cmd->add_option("--depths", a->depths,
+                  "text: depths of the target record in percent of the document, a list "
+                  "(0,50,100), linear:N or sigmoid:N; each length x depth is a cell");
+  cmd->add_option("--filler", a->filler,
+                  "text: MANIFEST of natural filler text (data/filler/debian-licenses.json: "
+                  "Debian's license texts, checked by size and SHA-256); default: 8 built-in "
+                  "sentences");
   cmd->add_option("--max-context", a->max_context,
                   "the server's context size in tokens, instead of what it reports");
   cmd->add_flag("--dry-run", a->dry_run,

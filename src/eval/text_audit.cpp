@@ -18,13 +18,23 @@ std::string prompt_ids_hash(const std::vector<int32_t>& ids) {
   return fnv1a64_hex(bytes);
 }
 
-TextAuditMode::TextAuditMode(TextKvTask& task, EvalRecord identity, TextAuditOptions options)
-    : task_(task), identity_(std::move(identity)), o_(options) {}
+TextAuditMode::TextAuditMode(std::vector<TextAuditCell> cells, EvalRecord identity,
+                             TextAuditOptions options)
+    : cells_(std::move(cells)), identity_(std::move(identity)), o_(options) {
+  if (cells_.empty()) throw Error("internal: a text audit needs a cell");
+}
+
+TextKvTask& TextAuditMode::task_of(const std::string& condition) const {
+  for (const auto& c : cells_)
+    if (c.condition == condition) return *c.task;
+  throw Error("internal: no text audit cell '" + condition + "'");
+}
 
 std::vector<EvalItem> TextAuditMode::items() const {
   std::vector<EvalItem> out;
-  for (int64_t e = 0; e < o_.examples; ++e)
-    for (int r = 0; r < o_.modulus; ++r) out.push_back({"", e, r});
+  for (const auto& c : cells_)
+    for (int64_t e = 0; e < o_.examples; ++e)
+      for (int r = 0; r < o_.modulus; ++r) out.push_back({c.condition, e, r});
   return out;
 }
 
@@ -38,10 +48,12 @@ size_t TextAuditMode::batch_size() const {
 
 TextAuditPlan TextAuditMode::plan(const std::vector<EvalItem>& items) {
   TextAuditPlan p;
-  std::map<int64_t, TextKvTask::Shape> shapes;
+  std::map<std::pair<std::string, int64_t>, TextKvTask::Shape> shapes;
   for (const auto& it : items) {
-    auto s = shapes.find(it.example_id);
-    if (s == shapes.end()) s = shapes.emplace(it.example_id, task_.shape(it.example_id)).first;
+    const auto key = std::pair{it.condition, it.example_id};
+    auto s = shapes.find(key);
+    if (s == shapes.end())
+      s = shapes.emplace(key, task_of(it.condition).shape(it.example_id)).first;
     ++p.items;
     p.prompt_tokens += s->second.prompt_tokens;
     if (s->second.prompt_tokens > p.longest_prompt) {
@@ -55,10 +67,25 @@ TextAuditPlan TextAuditMode::plan(const std::vector<EvalItem>& items) {
 
 std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
                                                 const std::vector<EvalItem>& batch) {
-  std::vector<std::pair<int64_t, int>> pairs;
-  for (const auto& it : batch) pairs.push_back({it.example_id, it.phase});
-  const std::vector<TextItem> items = task_.build(pairs);
-  const std::vector<TextCheck> checks = task_.verify(items);
+  // Each cell's items built and checked by its own task, in batch order.
+  std::vector<TextItem> items(batch.size());
+  std::vector<TextCheck> checks(batch.size());
+  for (const auto& cell : cells_) {
+    std::vector<size_t> at;
+    std::vector<std::pair<int64_t, int>> pairs;
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (batch[i].condition == cell.condition) {
+        at.push_back(i);
+        pairs.push_back({batch[i].example_id, batch[i].phase});
+      }
+    if (at.empty()) continue;
+    std::vector<TextItem> built = cell.task->build(pairs);
+    const std::vector<TextCheck> checked = cell.task->verify(built);
+    for (size_t j = 0; j < at.size(); ++j) {
+      items[at[j]] = std::move(built[j]);
+      checks[at[j]] = checked[j];
+    }
+  }
 
   std::vector<ScoreResult> scored;
   std::vector<Generation> generated;
@@ -86,6 +113,7 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
   for (size_t i = 0; i < items.size(); ++i) {
     const TextItem& it = items[i];
     EvalRecord r = identity_;
+    r.condition = batch[i].condition;
     r.example_id = it.example_id;
     r.phase = it.phase;
     r.key_pos = it.key_pos;
@@ -120,6 +148,7 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
     r.extra.update({{"retokenizes_identically", checks[i].identical},
                     {"measured_key_pos", checks[i].measured_key_pos},
                     {"position_ok", checks[i].position_ok()}});
+    if (!r.condition.empty()) r.extra["depth_measured"] = it.depth;
     if (o_.chat) {  // the rendered prompt (checked equal to these ids before it was sent)
       r.extra["prompt_tokens"] = it.tokens.size();
       r.extra["prompt_ids_fnv1a64"] = prompt_ids_hash(it.tokens);

@@ -27,6 +27,13 @@ struct TextAuditOptions {
 // FNV-1a 64 of a prompt's token ids (little-endian int32), hex: the same ids hash the same.
 std::string prompt_ids_hash(const std::vector<int32_t>& ids);
 
+// One cell of a long-document grid (`--context-tokens LIST --depths LIST`): its condition name
+// (records carry it; "" for an audit of one cell) and the task that builds its prompts.
+struct TextAuditCell {
+  std::string condition;
+  TextKvTask* task = nullptr;
+};
+
 // The prompts of a set of items, known before any is scored (TextAuditMode::plan).
 struct TextAuditPlan {
   int64_t items = 0;
@@ -38,8 +45,9 @@ struct TextAuditPlan {
 
 class TextAuditMode : public EvalMode {
  public:
-  // `identity`: model, task ("text-kv"), seed, modulus and padding of the run.
-  TextAuditMode(TextKvTask& task, EvalRecord identity, TextAuditOptions options);
+  // `identity`: model, task ("text-kv"), seed, modulus and padding of the run. Every cell is
+  // audited on the same examples and phases.
+  TextAuditMode(std::vector<TextAuditCell> cells, EvalRecord identity, TextAuditOptions options);
 
   EvalRecord identity() const override { return identity_; }
   std::vector<EvalItem> items() const override;
@@ -49,7 +57,8 @@ class TextAuditMode : public EvalMode {
   TextAuditPlan plan(const std::vector<EvalItem>& items);
 
  private:
-  TextKvTask& task_;
+  TextKvTask& task_of(const std::string& condition) const;
+  std::vector<TextAuditCell> cells_;
   EvalRecord identity_;
   TextAuditOptions o_;
 };

@@ -1,0 +1,102 @@
+#include "task/filler_corpus.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+
+using json = nlohmann::json;
+
+std::string sha256_hex(const std::string& bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest, &n, EVP_sha256(), nullptr) != 1)
+    throw Error("internal: SHA-256 failed (OpenSSL)");
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < n; ++i) {
+    out.push_back(hex[digest[i] >> 4]);
+    out.push_back(hex[digest[i] & 15]);
+  }
+  return out;
+}
+
+namespace {
+
+bool usable(const std::string& sentence) {
+  int words = 0;
+  for (size_t i = 0; i < sentence.size(); ++i) {
+    const auto c = static_cast<unsigned char>(sentence[i]);
+    if (std::isdigit(c) || c < 0x20 || c > 0x7E) return false;
+    if (c == ' ' && i + 1 < sentence.size() && sentence[i + 1] != ' ') ++words;
+  }
+  return words >= 4;
+}
+
+void split_sentences(const std::string& text, std::vector<std::string>& out) {
+  std::string flat;  // whitespace runs as one space
+  for (char c : text) {
+    const bool space = std::isspace(static_cast<unsigned char>(c)) != 0;
+    if (space && (flat.empty() || flat.back() == ' ')) continue;
+    flat.push_back(space ? ' ' : c);
+  }
+  size_t start = 0;
+  for (size_t i = 0; i < flat.size(); ++i) {
+    const bool end = (flat[i] == '.' || flat[i] == '!' || flat[i] == '?') &&
+                     (i + 1 == flat.size() || flat[i + 1] == ' ');
+    if (!end) continue;
+    size_t from = start;
+    while (from < i && flat[from] == ' ') ++from;
+    std::string s(1, ' ');
+    s.append(flat, from, i + 1 - from);
+    if (usable(s)) out.push_back(std::move(s));
+    start = i + 1;
+  }
+}
+
+}  // namespace
+
+FillerCorpus load_filler_corpus(const std::string& manifest_path) {
+  const json m = read_json_file(manifest_path);
+  if (!m.is_object() || !m.contains("files") || !m["files"].is_array() || m["files"].empty())
+    throw Error(manifest_path + ": 'files' must be a non-empty list of {path, bytes, sha256}");
+  FillerCorpus c;
+  c.manifest_path = manifest_path;
+  c.files = m["files"];
+  for (size_t i = 0; i < m["files"].size(); ++i) {
+    const json& f = m["files"][i];
+    const std::string where = manifest_path + ": files[" + std::to_string(i) + "]";
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() || !f.contains("bytes") ||
+        !f["bytes"].is_number_unsigned() || !f.contains("sha256") || !f["sha256"].is_string())
+      throw Error(where + " must be {\"path\": string, \"bytes\": integer, \"sha256\": hex}");
+    const std::string path = f["path"];
+    if (!std::filesystem::is_regular_file(path))
+      throw Error(where + ": " + path +
+                  " does not exist (a Debian package's file: is the package "
+                  "installed?)");
+    const std::string text = read_file(path);
+    const auto want_bytes = f["bytes"].get<uint64_t>();
+    const std::string digest = sha256_hex(text);
+    if (text.size() != want_bytes || digest != f["sha256"].get<std::string>())
+      throw Error(where + ": " + path + " has changed: " + std::to_string(text.size()) +
+                  " bytes, SHA-256 " + digest + "; the manifest pins " +
+                  std::to_string(want_bytes) + " bytes, SHA-256 " + f["sha256"].get<std::string>() +
+                  " (another package version: write a new manifest, since the filler of "
+                  "earlier audits would differ)");
+    split_sentences(text, c.sentences);
+  }
+  if (c.sentences.empty()) throw Error(manifest_path + ": the files hold no usable sentence");
+  return c;
+}
+
+json FillerCorpus::describe() const {
+  return {{"manifest", manifest_path}, {"files", files}, {"sentences", sentences.size()}};
+}
+
+}  // namespace phasekv

@@ -1,0 +1,131 @@
+// Long documents in text audits (issue 21): natural filler text from Debian's license files,
+// pinned by data/filler/debian-licenses.json (sizes and SHA-256, a changed file refused), the
+// target record at chosen depths, and a depth x length grid audited at every phase with a
+// summary per cell, against the llama.cpp fake's planted period-4 weak spot.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "audit_cli.h"
+#include "eval/results_file.h"
+#include "fake_llamacpp.h"
+#include "task/doc_grid.h"
+#include "task/filler_corpus.h"
+#include "test_util.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::string kManifest = std::string(PHASEKV_SOURCE_DIR) + "/data/filler/debian-licenses.json";
+
+void expect_error_with(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (wanted one with '" << part << "')";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(FillerCorpus, TheManifestPinsDebianTextsIntoSentencesWithoutDigits) {
+  const FillerCorpus c = load_filler_corpus(kManifest);
+  EXPECT_EQ(c.files.size(), 7u);
+  EXPECT_GT(c.sentences.size(), 500u);
+  for (const auto& s : c.sentences) {
+    ASSERT_GE(s.size(), 2u);
+    EXPECT_EQ(s[0], ' ');
+    EXPECT_NE(s[1], ' ');
+    EXPECT_EQ(s.find_first_of("0123456789\n\t"), std::string::npos) << s;
+    EXPECT_TRUE(s.back() == '.' || s.back() == '!' || s.back() == '?') << s;
+  }
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(FillerCorpus, AChangedOrMissingFileIsRefusedNamingBothDigests) {
+  const fs::path dir = test::temp_dir("filler");
+  const fs::path text = dir / "doc.txt";
+  write_file_atomic(text.string(), "This is the first sentence here. And here is another one!\n");
+  const std::string digest = sha256_hex(read_file(text.string()));
+  const json manifest = {
+      {"files", {{{"path", text.string()}, {"bytes", fs::file_size(text)}, {"sha256", digest}}}}};
+  write_file_atomic((dir / "m.json").string(), manifest.dump());
+  const FillerCorpus c = load_filler_corpus((dir / "m.json").string());
+  EXPECT_EQ(c.sentences, std::vector<std::string>(
+                             {" This is the first sentence here.", " And here is another one!"}));
+  // Same size, one letter changed: the digest catches it.
+  write_file_atomic(text.string(), "This is the first sentence hers. And here is another one!\n");
+  expect_error_with([&] { load_filler_corpus((dir / "m.json").string()); },
+                    "has changed: " + std::to_string(fs::file_size(text)) + " bytes, SHA-256 ");
+  expect_error_with([&] { load_filler_corpus((dir / "m.json").string()); }, digest);
+  fs::remove(text);
+  expect_error_with([&] { load_filler_corpus((dir / "m.json").string()); }, "does not exist");
+  write_file_atomic((dir / "bad.json").string(), R"({"files":[{"path":"x"}]})");
+  expect_error_with([&] { load_filler_corpus((dir / "bad.json").string()); }, "files[0]");
+}
+
+TEST(DocGrid, LengthsAndDepthsAsNiahSpacesThem) {
+  EXPECT_EQ(parse_token_list("1024,4096", "--context-tokens"), std::vector<int>({1024, 4096}));
+  EXPECT_EQ(parse_depths("linear:5", "--depths"), std::vector<double>({0, 25, 50, 75, 100}));
+  // Logistic spacing crowds the depths near the document's ends.
+  EXPECT_EQ(parse_depths("sigmoid:5", "--depths"), std::vector<double>({0, 7.6, 50, 92.4, 100}));
+  EXPECT_EQ(parse_depths("0,33.5,100", "--depths"), std::vector<double>({0, 33.5, 100}));
+  EXPECT_TRUE(parse_depths("", "--depths").empty());
+  for (const char* bad : {"10", "64,64", "64,", "x", "64.5"})
+    EXPECT_THROW(parse_token_list(bad, "--context-tokens"), Error) << bad;
+  for (const char* bad : {"101", "50,25", "-1", "linear:1", "cubic:4", "50,50"})
+    EXPECT_THROW(parse_depths(bad, "--depths"), Error) << bad;
+  const auto cells = doc_grid({64, 128}, {0, 100});
+  ASSERT_EQ(cells.size(), 4u);
+  EXPECT_EQ(cells[1].condition, "L64_d100");
+  EXPECT_EQ(cells[2].context_tokens, 128);
+  EXPECT_EQ(doc_grid({64}, {}).front().condition, "") << "one cell: a plain audit";
+}
+
+TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCell) {
+  test::FakeLlamaServer server;
+  const fs::path out = test::temp_dir("audit_docs") / "grid";
+  const auto cli = test::run_audit_cli(
+      server.endpoint(), "any", out, "--filler " + kManifest,
+      "--modulus 8 --examples 6 --records 3 --context-tokens 60,160 --depths 0,50,100");
+  ASSERT_EQ(cli.status, 0) << cli.log;
+  const json a = json::parse(read_file((out / "audit.json").string()));
+  EXPECT_EQ(a["filler"]["manifest"], kManifest);
+  EXPECT_EQ(a["period"]["detected_period"], 4) << a["period"].dump();
+  ASSERT_EQ(a["cells"].size(), 6u);
+  for (const auto& c : a["cells"]) {
+    // The fake's weak spot: key positions 3 mod 4 answer a lone UTF-8 byte.
+    EXPECT_EQ(c["worst_phase"].get<int>() % 4, 3) << c.dump();
+    EXPECT_DOUBLE_EQ(c["worst_acc"].get<double>(), 0.0) << c.dump();
+    EXPECT_DOUBLE_EQ(c["gap_pp"].get<double>(), 100.0) << c.dump();
+    EXPECT_EQ(c["outcomes"], 48);
+    // Depth 0 and 100 are the body's ends (after the intro; before the last records' text);
+    // between them the target goes to the nearest sentence boundary, coarse in short bodies.
+    if (c["depth_pct"] != 50.0)
+      EXPECT_NEAR(c["depth_measured_pct"].get<double>(), c["depth_pct"].get<double>(), 15.0)
+          << c.dump();
+  }
+  EXPECT_NE(cli.log.find("depth x length (worst phase: accuracy, gap pp):"), std::string::npos);
+  // Longer documents have longer prompts, each cell at its own length.
+  const auto records = read_results((out / "results.jsonl").string()).records;
+  ASSERT_EQ(records.size(), 288u);
+  int short_len = 0, long_len = 0;
+  for (const auto& r : records) {
+    EXPECT_EQ(r.key_pos % 8, r.phase);
+    EXPECT_TRUE(r.extra.value("position_ok", false)) << r.condition;
+    (r.condition.rfind("L60_", 0) == 0 ? short_len : long_len) = r.query_pos;
+  }
+  EXPECT_GT(long_len, short_len + 50);
+  // A rerun resumes every cell: nothing is left to score.
+  const auto again = test::run_audit_cli(
+      server.endpoint(), "any", out, "--filler " + kManifest + " --dry-run",
+      "--modulus 8 --examples 6 --records 3 --context-tokens 60,160 --depths 0,50,100");
+  EXPECT_NE(again.log.find("plan: 0 of 288 items to score"), std::string::npos) << again.log;
+}
+
+}  // namespace
+}  // namespace phasekv
