@@ -22,6 +22,19 @@ TaskConfig kv_config() {
   return c;
 }
 
+// A small lookup task (6 records, 2 demonstrations) at its minimum context.
+TaskConfig lookup_config() {
+  TaskConfig c;
+  c.kind = TaskKind::kLookup;
+  c.n_keys = 16;
+  c.n_values = 16;
+  c.n_filler = 8;
+  c.n_records = 6;
+  c.n_demos = 2;
+  c.context_len = 2 * (6 + 2) + 3;
+  return c;
+}
+
 TaskConfig passkey_config() {
   TaskConfig c;
   c.kind = TaskKind::kPasskey;
@@ -299,6 +312,30 @@ TEST(Tasks, OffsetRandomizationCoversEveryResidue) {
     EXPECT_GT(pads[r], n / m / 2) << "padding " << r;  // expected n/m = 200 each
     EXPECT_GT(phases[r], n / m / 2) << "phase " << r;
   }
+}
+
+// A phase curriculum's weights decide the phases: a zero-weight phase never occurs, the others
+// in proportion (lookup and kv alike), and bad weights are errors.
+TEST(Tasks, WeightedTrainingPhasesFollowTheWeights) {
+  const int m = 4, n = 2000;
+  const std::vector<double> w = {0.0, 1.0, 3.0, 0.0};
+  for (const TaskConfig& c : {kv_config(), lookup_config()}) {
+    std::mt19937_64 rng(77);
+    std::vector<int> phases(m, 0);
+    for (int i = 0; i < n; ++i) ++phases[sample_training_example(c, rng, m, w).target().key_pos % m];
+    EXPECT_EQ(phases[0], 0);
+    EXPECT_EQ(phases[3], 0);
+    EXPECT_NEAR(phases[2] / double(n), 0.75, 0.04);  // binomial sd about 0.01
+  }
+  // Empty weights are the uniform draw, draw for draw.
+  std::mt19937_64 a(5), b(5);
+  for (int i = 0; i < 20; ++i)
+    EXPECT_EQ(sample_training_example(kv_config(), a, m).tokens,
+              sample_training_example(kv_config(), b, m, {}).tokens);
+  std::mt19937_64 rng(1);
+  EXPECT_THROW(sample_training_example(kv_config(), rng, m, {1.0, 1.0}), Error);
+  EXPECT_THROW(sample_training_example(kv_config(), rng, m, {0.0, 0.0, 0.0, 0.0}), Error);
+  EXPECT_THROW(sample_training_example(kv_config(), rng, m, {1.0, -1.0, 1.0, 1.0}), Error);
 }
 
 TEST(Tasks, TrainingWithoutRandomizationHasNoPadding) {

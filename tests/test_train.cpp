@@ -103,6 +103,60 @@ TEST(Train, ResumeReachesTheSameStateAsAnUninterruptedRun) {
   fs::remove_all(resumed);
 }
 
+// The phase curriculum: weights follow the last evaluation's per-phase errors, training then
+// draws phases by them, and a resume continues with the saved weights (same losses as an
+// uninterrupted run, which it could not have with uniform phases after the kill).
+TEST(Train, PhaseCurriculumWeighsPhasesByErrorAndResumesExactly) {
+  EvalScore e;
+  e.phase_correct = {4, 2, 0, 4};
+  e.phase_count = {4, 4, 4, 4};
+  const auto w = curriculum_weights(e, 0.5);  // errors 0, .5, 1, 0 -> 1/8 + .5 * err / 1.5
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_NEAR(w[0], 0.125, 1e-12);
+  EXPECT_NEAR(w[1], 0.125 + 0.5 / 3, 1e-12);
+  EXPECT_NEAR(w[2], 0.125 + 1.0 / 3, 1e-12);
+  EXPECT_NEAR(w[3], 0.125, 1e-12);
+  e.phase_correct = {4, 4, 4, 4};
+  for (double x : curriculum_weights(e, 0.5)) EXPECT_DOUBLE_EQ(x, 0.25);  // nothing to weigh
+
+  auto j = tiny_train_json();
+  j["train"]["offset_randomization"] = 4;
+  j["train"]["phase_curriculum"] = 0.9;
+  auto cfg = train_config_from_json(j, "t", ".");
+  const auto straight = temp_dir("curriculum"), resumed = temp_dir("curriculum_resumed");
+  train(cfg, straight, false);
+  train(cfg, resumed, false, /*stop_after=*/13);
+  train(cfg, resumed, /*resume=*/true);
+  auto a = losses(straight), b = losses(resumed);
+  ASSERT_EQ(a.size(), 20u);
+  ASSERT_EQ(b.size(), 20u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4) << "step " << i + 1;
+  // The log carries the weights of the evaluations at steps 10 and 20, one per phase, summing to 1.
+  std::ifstream in(straight + "/train_log.jsonl");
+  std::string line;
+  int with_weights = 0;
+  while (std::getline(in, line)) {
+    const auto rec = nlohmann::json::parse(line);
+    if (!rec.contains("phase_weights")) continue;
+    ++with_weights;
+    double sum = 0;
+    for (double x : rec["phase_weights"]) sum += x;
+    EXPECT_EQ(rec["phase_weights"].size(), 4u);
+    EXPECT_NEAR(sum, 1.0, 1e-9);
+  }
+  EXPECT_EQ(with_weights, 2);
+  fs::remove_all(straight);
+  fs::remove_all(resumed);
+  // A curriculum needs phases: without offset randomization it is an error naming the key.
+  j["train"]["offset_randomization"] = 0;
+  try {
+    train_config_from_json(j, "t.toml", ".");
+    FAIL() << "no error";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("phase_curriculum"), std::string::npos) << err.what();
+  }
+}
+
 // init_from starts a run from saved weights: step 1 of the new run sees exactly the weights the
 // first run ended with (same loss as evaluating them), and a model of another config is refused.
 TEST(Train, InitFromStartsFromTheSavedWeightsAndChecksTheConfig) {

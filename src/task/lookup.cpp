@@ -297,13 +297,14 @@ void check_layout(const TaskExample& ex) {
         ex, "the target key at " + std::to_string(target.key_pos) + " is not at the planned phase");
 }
 
-TaskExample sample_training_example(const TaskConfig& c, Rng& rng, int offset_randomization_M) {
+TaskExample sample_training_example(const TaskConfig& c, Rng& rng, int offset_randomization_M,
+                                    const std::vector<double>& phase_weights) {
   const int lo = c.min_context_len == 0 ? c.context_len : c.min_context_len;
   const int len = lo + draw_below(rng, c.context_len - lo + 1);
   const uint64_t id = rng();
   const LogicalExample lg = make_logical(c, task_detail::kTrainingSeed, id, len);
   const int m = std::max(offset_randomization_M, 1);
-  const int phase = draw_below(rng, m);
+  const int phase = draw_training_phase(rng, m, phase_weights);
   const PaddingMode mode =
       draw_below(rng, 2) == 0 ? PaddingMode::kPrefix : PaddingMode::kInSequence;
   return lookup::materialize(lg, m, phase, mode, true);

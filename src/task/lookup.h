@@ -114,6 +114,7 @@ LogicalExample make_logical(const TaskConfig& c, uint64_t seed, uint64_t example
 TaskExample materialize(const LogicalExample& lg, int modulus, int phase, PaddingMode padding,
                         bool with_answer);
 void check_layout(const TaskExample& ex);
-TaskExample sample_training_example(const TaskConfig& c, Rng& rng, int offset_randomization_M);
+TaskExample sample_training_example(const TaskConfig& c, Rng& rng, int offset_randomization_M,
+                                    const std::vector<double>& phase_weights);
 
 }  // namespace phasekv::lookup

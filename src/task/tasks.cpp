@@ -562,12 +562,33 @@ void check_layout(const TaskExample& ex) {
 
 TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
                                     int offset_randomization_M) {
+  return sample_training_example(c, rng, offset_randomization_M, {});
+}
+
+int draw_training_phase(std::mt19937_64& rng, int m, const std::vector<double>& phase_weights) {
+  if (phase_weights.empty()) return draw_below(rng, m);
+  if (static_cast<int>(phase_weights.size()) != m)
+    throw Error("phase weights: " + std::to_string(phase_weights.size()) +
+                " weights for modulus " + std::to_string(m) + " (allowed: one per phase)");
+  double total = 0;
+  for (double w : phase_weights) {
+    if (!(w >= 0) || !std::isfinite(w))
+      throw Error("phase weights: a weight is " + std::to_string(w) + " (allowed: finite, >= 0)");
+    total += w;
+  }
+  if (!(total > 0)) throw Error("phase weights: they sum to 0 (allowed: a positive sum)");
+  return draw_weighted(rng, phase_weights);
+}
+
+TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
+                                    int offset_randomization_M,
+                                    const std::vector<double>& phase_weights) {
   if (offset_randomization_M < 0)
     throw Error("offset randomization modulus is " + std::to_string(offset_randomization_M) +
                 " (allowed: 0 = off, or >= 1)");
   if (c.kind == TaskKind::kLookup) {
     validate(c, "task config");
-    return lookup::sample_training_example(c, rng, offset_randomization_M);
+    return lookup::sample_training_example(c, rng, offset_randomization_M, phase_weights);
   }
   const int lo = c.min_context_len == 0 ? c.context_len : c.min_context_len;
   const int len = lo + draw_below(rng, c.context_len - lo + 1);
@@ -575,7 +596,8 @@ TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
   const LogicalExample lg = make_logical(c, kTrainingSeed, id, len);
   // A uniform phase is the same as a uniform prefix padding k in [0, M).
   const int m = std::max(offset_randomization_M, 1);
-  return materialize(lg, m, draw_below(rng, m), PaddingMode::kPrefix, true);
+  return materialize(lg, m, draw_training_phase(rng, m, phase_weights), PaddingMode::kPrefix,
+                     true);
 }
 
 std::vector<int> answer_positions(const TaskExample& ex) {

@@ -156,6 +156,14 @@ void check_layout(const TaskExample& ex);
 // with probability 1/2 each (task/lookup.h).
 TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
                                     int offset_randomization_M);
+// The same with the phase mod M drawn with probability phase_weights[r] / sum (a phase
+// curriculum, [train] phase_curriculum); empty weights = uniform, the call above, draw for draw.
+// phase_weights must have M entries, >= 0, with a positive sum.
+TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
+                                    int offset_randomization_M,
+                                    const std::vector<double>& phase_weights);
+// The phase of a training example: uniform in [0, m), or weighted as above.
+int draw_training_phase(std::mt19937_64& rng, int m, const std::vector<double>& phase_weights);
 
 // Answer-only loss: the positions whose next token is an answer present in the tokens, and the
 // same as a 0/1 mask over input positions (size tokens.size()).

@@ -34,7 +34,8 @@ TrainingBatch assemble(const std::vector<std::vector<int32_t>>& seqs,
 }  // namespace
 
 TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
-                                  double repeat_fraction, bool repeat_marker) {
+                                  double repeat_fraction, bool repeat_marker,
+                                  const std::vector<double>& phase_weights) {
   const int n_repeat = static_cast<int>(std::lround(repeat_fraction * B));
   std::vector<std::vector<int32_t>> seqs;
   std::vector<std::vector<int>> loss_at;
@@ -45,7 +46,7 @@ TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, 
       seqs.push_back(std::move(r.tokens));
       loss_at.push_back(std::move(r.positions));
     } else {
-      TaskExample ex = sample_training_example(task, rng, M);
+      TaskExample ex = sample_training_example(task, rng, M, phase_weights);
       loss_at.push_back(answer_positions(ex));
       seqs.push_back(std::move(ex.tokens));
     }

@@ -18,9 +18,12 @@ struct TrainingBatch {
 // The first round(repeat_fraction * B) rows are repeated random sequences of the task's lengths,
 // (marked with <q> unless repeat_marker is false), with a target at every predictable repeated
 // token; the rest are task examples (random prefix padding in
-// [0, M) when M > 1) with targets at their answers. Consumes `rng` in row order.
+// [0, M) when M > 1) with targets at their answers; with phase_weights (M of them, a phase
+// curriculum) the task examples' phases are drawn by weight instead of uniformly. Consumes `rng`
+// in row order.
 TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
-                                  double repeat_fraction, bool repeat_marker = true);
+                                  double repeat_fraction, bool repeat_marker = true,
+                                  const std::vector<double>& phase_weights = {});
 
 // The induction warm-up's batch ([train] induction_steps): B unmarked repeats, each row of an even
 // length uniform in [6, max_len] (repeat_task.h). Consumes `rng` in row order.

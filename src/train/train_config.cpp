@@ -56,7 +56,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
       "seed",          "threads",         "offset_randomization",
       "precision",     "log_every",       "eval_every",    "init_from",
       "eval_examples", "checkpoint_every", "repeat_fraction", "repeat_marker",
-      "induction_steps", "induction_len"};
+      "induction_steps", "induction_len", "phase_curriculum"};
   json_read::check_keys(j, keys, where);
   TrainOptions t;
   read(j, "steps", t.steps, where);
@@ -77,6 +77,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   read(j, "repeat_marker", t.repeat_marker, where);
   read(j, "induction_steps", t.induction_steps, where);
   read(j, "induction_len", t.induction_len, where);
+  read(j, "phase_curriculum", t.phase_curriculum, where);
   read(j, "log_every", t.log_every, where);
   read(j, "eval_every", t.eval_every, where);
   read(j, "eval_examples", t.eval_examples, where);
@@ -104,6 +105,11 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   check_number(t.clip, t.clip >= 0, where, "clip", "a finite number >= 0, 0 = no clipping");
   check_number(t.repeat_fraction, t.repeat_fraction >= 0 && t.repeat_fraction <= 1, where,
                "repeat_fraction", "a number in [0, 1]");
+  check_number(t.phase_curriculum, t.phase_curriculum >= 0 && t.phase_curriculum <= 1, where,
+               "phase_curriculum", "a number in [0, 1], 0 = off");
+  if (t.phase_curriculum > 0 && t.offset_randomization < 2)
+    throw Error(where + ": key 'phase_curriculum' needs phases to weigh: offset_randomization is " +
+                std::to_string(t.offset_randomization) + " (allowed with a curriculum: >= 2)");
   if (t.warmup < 0) throw Error(where + ": key 'warmup' must be >= 0");
   if (t.offset_randomization < 0) throw Error(where + ": key 'offset_randomization' must be >= 0");
   if (t.induction_steps < 0 || t.induction_steps > t.steps)
@@ -139,6 +145,7 @@ nlohmann::json train_options_to_json(const TrainOptions& t) {
   // Written only when not the default, so configs and checkpoints of runs from before these keys
   // stay unchanged.
   if (!t.repeat_marker) j["repeat_marker"] = false;
+  if (t.phase_curriculum > 0) j["phase_curriculum"] = t.phase_curriculum;
   if (t.induction_steps > 0) {
     j["induction_steps"] = t.induction_steps;
     j["induction_len"] = t.induction_len;

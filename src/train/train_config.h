@@ -42,6 +42,12 @@ struct TrainOptions {
   // a few hundred steps of short repeats it retrieved within 500 (docs/FINDINGS.md). 0 = off.
   int induction_steps = 0;
   int induction_len = 32;
+  // A phase curriculum (issue 19): after every evaluation, a share phase_curriculum of the task
+  // examples' phases is drawn in proportion to each phase's error in that evaluation, the rest
+  // uniformly: weight(r) = (1 - c)/M + c * err(r) / sum(err), M = offset_randomization (uniform
+  // when every phase is right). The evaluation scores eval_examples at phases i mod M, so each
+  // phase's error is measured on about eval_examples / M examples. 0 = off (uniform phases).
+  double phase_curriculum = 0.0;
   int log_every = 50;
   int eval_every = 500;
   int eval_examples = 256;

@@ -68,7 +68,8 @@ nlohmann::json file_checksum(const fs::path& path) {
 // Checkpoint = weights + optimiser state + data RNG + step, written into a fresh directory that
 // replaces the previous one by rename, so a kill at any moment leaves one complete checkpoint.
 void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
-                     const std::mt19937_64& rng, int step) {
+                     const std::mt19937_64& rng, int step,
+                     const std::vector<double>& phase_weights) {
   const fs::path dir = fs::path(out_dir) / "checkpoint", tmp = fs::path(out_dir) / "checkpoint.tmp",
                  old = fs::path(out_dir) / "checkpoint.old";
   fs::remove_all(tmp);
@@ -82,6 +83,8 @@ void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::A
   torch::save(opt, opt_bytes);
   write_file_atomic((tmp / "optimizer.pt").string(), opt_bytes.str());
   nlohmann::json state = {{"step", step}, {"rng", rng_state(rng)}};
+  // The curriculum's weights are data-order state like the RNG: a resume draws with them.
+  if (!phase_weights.empty()) state["phase_weights"] = phase_weights;
   for (const char* f : kCheckpointFiles) state["checksums"][f] = file_checksum(tmp / f);
   write_file_atomic((tmp / "state.json").string(), state.dump());
   fs::remove_all(old);
@@ -133,7 +136,7 @@ int read_checkpoint_state(const std::string& path, const nlohmann::json& state,
 }
 
 int load_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
-                    std::mt19937_64& rng) {
+                    std::mt19937_64& rng, std::vector<double>& phase_weights) {
   fs::path dir = fs::path(out_dir) / "checkpoint";
   if (!fs::exists(dir / "state.json") &&
       fs::exists(fs::path(out_dir) / "checkpoint.old" / "state.json"))
@@ -162,6 +165,15 @@ int load_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::Ad
                 "corrupt?): " + e.what_without_backtrace());
   }
   rng = saved_rng;
+  phase_weights.clear();
+  if (state.contains("phase_weights")) {
+    const auto& w = state["phase_weights"];
+    if (!w.is_array()) throw Error(state_path + ": key 'phase_weights' is not an array of numbers");
+    for (const auto& x : w) {
+      if (!x.is_number()) throw Error(state_path + ": key 'phase_weights' holds a non-number");
+      phase_weights.push_back(x.get<double>());
+    }
+  }
   return step;
 }
 
@@ -289,6 +301,9 @@ EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64
   const int M = std::max(modulus, 1);
   int correct = 0;
   double loss_sum = 0.0;
+  EvalScore score;
+  score.phase_correct.assign(static_cast<size_t>(M), 0);
+  score.phase_count.assign(static_cast<size_t>(M), 0);
   const int chunk = 128;
   for (int start = 0; start < n; start += chunk) {
     std::vector<TaskExample> exs;
@@ -307,11 +322,29 @@ EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64
     auto pred = logp.argmax(-1);
     for (size_t b = 0; b < exs.size(); ++b) {
       const int64_t answer = exs[b].target().answer;
-      correct += pred[static_cast<int64_t>(b)].item<int64_t>() == answer;
+      const bool right = pred[static_cast<int64_t>(b)].item<int64_t>() == answer;
+      correct += right;
+      score.phase_correct[static_cast<size_t>(exs[b].phase)] += right;
+      ++score.phase_count[static_cast<size_t>(exs[b].phase)];
       loss_sum -= logp[static_cast<int64_t>(b)][answer].item<double>();
     }
   }
-  return {double(correct) / n, loss_sum / n};
+  score.acc = double(correct) / n;
+  score.loss = loss_sum / n;
+  return score;
+}
+
+std::vector<double> curriculum_weights(const EvalScore& e, double c) {
+  const size_t M = e.phase_count.size();
+  std::vector<double> err(M, 0.0), w(M, 1.0 / static_cast<double>(M));
+  double total = 0;
+  for (size_t r = 0; r < M; ++r) {
+    if (e.phase_count[r] > 0) err[r] = 1.0 - double(e.phase_correct[r]) / e.phase_count[r];
+    total += err[r];
+  }
+  if (total <= 0) return w;
+  for (size_t r = 0; r < M; ++r) w[r] = (1 - c) / static_cast<double>(M) + c * err[r] / total;
+  return w;
 }
 
 TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resume, int stop_after) {
@@ -336,8 +369,9 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   std::mt19937_64 rng(t.seed * 0x9E3779B97F4A7C15ull + 1);
   const std::string log_path = out_dir + "/train_log.jsonl";
   int step = 0;
+  std::vector<double> phase_weights;  // the curriculum's; empty = uniform phases
   if (resume) {
-    step = load_checkpoint(out_dir, *&model, *opt, rng);
+    step = load_checkpoint(out_dir, *&model, *opt, rng, phase_weights);
     trim_log(log_path, step);
     std::cerr << "resumed from step " << step << "\n";
   } else {
@@ -365,7 +399,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
     auto batch = step < t.induction_steps
                      ? make_induction_batch(cfg.task, rng, t.batch, t.induction_len)
                      : make_training_batch(cfg.task, rng, t.batch, t.offset_randomization,
-                                           t.repeat_fraction, t.repeat_marker);
+                                           t.repeat_fraction, t.repeat_marker, phase_weights);
     for (auto& group : opt->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(t, step));
     const StepOutcome out = optimizer_step(model, *opt, batch, precision, t.clip);
@@ -397,6 +431,10 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
         model->train();
         rec["eval_acc"] = result.eval_acc;
         rec["eval_loss"] = result.eval_loss;
+        if (t.phase_curriculum > 0 && done >= t.induction_steps) {
+          phase_weights = curriculum_weights(e, t.phase_curriculum);
+          rec["phase_weights"] = phase_weights;
+        }
         eval_str = fmt::format(" | eval acc {:.3f} loss {:.3f}", result.eval_acc, result.eval_loss);
       }
       log << rec.dump() << "\n" << std::flush;
@@ -409,7 +447,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
       window = 0;
       t_window = std::chrono::steady_clock::now();
     }
-    if (done % t.checkpoint_every == 0 || last) save_checkpoint(out_dir, model, *opt, rng, done);
+    if (done % t.checkpoint_every == 0 || last) save_checkpoint(out_dir, model, *opt, rng, done, phase_weights);
     if (stop_after > 0 && done == stop_after) {
       result.steps_done = done;
       return result;

@@ -2,6 +2,7 @@
 // retrieval tasks, periodic eval, atomic checkpoints and exact resume.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "model/decoder.h"
 #include "train/train_config.h"
@@ -44,9 +45,15 @@ void init_from_model_dir(Decoder& model, const std::string& dir);
 struct EvalScore {
   double acc = 0.0;
   double loss = 0.0;
+  std::vector<int> phase_correct, phase_count;  // per phase mod M (example i is at phase i mod M)
 };
 EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64_t seed,
                            int modulus);
+
+// The phase curriculum's sampling weights after an evaluation ([train] phase_curriculum = c):
+// (1 - c)/M + c * err(r) / sum(err) with err(r) = 1 - phase_correct[r] / phase_count[r];
+// uniform when every phase is right. Sums to 1.
+std::vector<double> curriculum_weights(const EvalScore& e, double c);
 
 // What training cfg costs on this machine, measured on fresh weights at cfg.train.threads threads
 // (for planning a suite: `phasekv repro --plan`). Each figure is the median of `reps` after

@@ -34,6 +34,22 @@ inline int draw_below(Rng& rng, int n) {
   return static_cast<int>(draw_below(rng, static_cast<uint64_t>(n)));
 }
 
+// Index i with probability weights[i] / sum(weights) (weights >= 0, sum > 0), from one 53-bit
+// uniform draw: the same index for the same generator state everywhere.
+inline int draw_weighted(Rng& rng, const std::vector<double>& weights) {
+  double total = 0;
+  for (double w : weights) total += w;
+  const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53 * total;
+  double acc = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    acc += weights[i];
+    if (u < acc) return static_cast<int>(i);
+  }
+  for (size_t i = weights.size(); i > 0; --i)  // rounding: the last index with weight
+    if (weights[i - 1] > 0) return static_cast<int>(i - 1);
+  return 0;
+}
+
 // Fisher-Yates with draw_below.
 template <typename T>
 void shuffle_in_place(std::vector<T>& v, Rng& rng) {
