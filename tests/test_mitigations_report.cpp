@@ -202,11 +202,13 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   const fs::path extra = t.root / "extra";
   json runs = json::array();
   auto run = [&](const std::string& name, const ModelConfig& m, int seed,
-                 const std::string& task = "lookup") {
+                 const std::string& task = "lookup", const json& train_extra = json::object()) {
+    json train = {{"seed", seed}, {"steps", 1500}};
+    train.update(train_extra);
     runs.push_back({{"name", name},
                     {"config", {{"model", model_config_to_json(m)},
                                 {"task", {{"name", task}}},
-                                {"train", {{"seed", seed}, {"steps", 1500}}}}}});
+                                {"train", train}}}});
     fs::create_directories(extra / name);
     test::write_text(extra / name / "train.done", "");
   };
@@ -273,6 +275,25 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
     add_candidate_suite(c3, base, load_suite_results(extra.string()), extra.string(), engine_cost);
   });
   EXPECT_NE(msg.find("run \"other-task\" has another [task] than the baseline W8S8"),
+            std::string::npos)
+      << msg;
+
+  // A training-time mitigation (a phase curriculum) is a candidate of its own, named by its key;
+  // any other [train] change (here the learning rate) is refused.
+  runs.erase(runs.size() - 1);
+  run("curr", chunked(1), 0, "lookup", {{"phase_curriculum", 0.5}});
+  write_suite();
+  write_sweep(extra / "curr/sweep-prefix", summary_of(kFlat), "prefix");
+  Comparison c4 = t.build();
+  add_candidate_suite(c4, base, load_suite_results(extra.string()), extra.string(), engine_cost);
+  EXPECT_EQ(find(c4, "curr").what, "train.phase_curriculum = 0.5");
+  run("other-lr", chunked(1), 0, "lookup", {{"lr", 0.01}});
+  write_suite();
+  Comparison c5 = t.build();
+  msg = error_of([&] {
+    add_candidate_suite(c5, base, load_suite_results(extra.string()), extra.string(), engine_cost);
+  });
+  EXPECT_NE(msg.find("run \"other-lr\" has another [train] than the baseline W8S8"),
             std::string::npos)
       << msg;
 }

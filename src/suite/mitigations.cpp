@@ -1,6 +1,7 @@
 #include "suite/mitigations.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,6 +12,9 @@ namespace phasekv {
 namespace {
 
 namespace fs = std::filesystem;
+
+// The [train] keys a candidate suite may change against the baseline: training-time mitigations.
+constexpr const char* kTrainingMitigations[] = {"phase_curriculum", "offset_randomization"};
 using json = nlohmann::json;
 
 // Issue 19's architecture candidates that the study suite trains, in the order the page lists
@@ -241,11 +245,11 @@ Comparison build_comparison(const SuiteResults& suite, const std::string& suite_
   for (const auto& a : kArchitecture) {
     const RunData* r = find_run(a.run);
     if (!r) {
-      c.candidates.push_back(named(a.run, a.what, CandidateKind::kArchitecture));
+      c.candidates.push_back(named(a.run, a.what, CandidateKind::kTrained));
       c.candidates.back().missing = "not in the suite file";
       continue;
     }
-    Candidate x = from_run(*r, named(a.run, a.what, CandidateKind::kArchitecture));
+    Candidate x = from_run(*r, named(a.run, a.what, CandidateKind::kTrained));
     for (const auto& [p, d] : r->sweeps) x.sweeps[p] = d.summary;
     if (x.sweeps.empty()) x.missing = r->trained ? "no sweep yet" : "not trained yet (suite running)";
     x.compute_basis = "FLOPs";
@@ -318,14 +322,24 @@ void add_candidate_suite(Comparison& c, const SuiteResults& base_suite, const Su
   for (size_t i = 0; i < extra.runs.size(); ++i) {
     if (done[i]) continue;
     const RunData& first = extra.runs[i];
-    for (const char* section : {"task", "train"}) {
-      const json a = without_seed(first.config).value(section, json()),
-                 b = without_seed(base->config).value(section, json());
-      if (a != b)
-        throw Error(fmt::format("{}: run \"{}\" has another [{}] than the baseline {} (a "
-                                "candidate suite may change the model and the seed only)",
-                                where, first.name, section, kBaselineRun));
+    if (first.config.value("task", json()) != base->config.value("task", json()))
+      throw Error(fmt::format("{}: run \"{}\" has another [task] than the baseline {} (a "
+                              "candidate suite may change the model, the seed and the training "
+                              "mitigations {} only)",
+                              where, first.name, kBaselineRun, fmt::join(kTrainingMitigations, ", ")));
+    // [train] may differ in the training-time mitigations only: the data order, steps and
+    // optimiser stay the baseline's, so "steps to the baseline's accuracy" compares like with like.
+    json train_a = without_seed(first.config).value("train", json()),
+         train_b = without_seed(base->config).value("train", json());
+    for (const char* key : kTrainingMitigations) {
+      train_a.erase(key);
+      train_b.erase(key);
     }
+    if (train_a != train_b)
+      throw Error(fmt::format("{}: run \"{}\" has another [train] than the baseline {} (a "
+                              "candidate suite may change the model, the seed and the training "
+                              "mitigations {} only)",
+                              where, first.name, kBaselineRun, fmt::join(kTrainingMitigations, ", ")));
     // The group: every run with this config but the seed; the candidate is its baseline-seed run.
     std::vector<const RunData*> group;
     for (size_t k = i; k < extra.runs.size(); ++k)
@@ -338,12 +352,17 @@ void add_candidate_suite(Comparison& c, const SuiteResults& base_suite, const Su
       if (train_seed(*r) == train_seed(*base)) lead = r;
     std::vector<std::string> diff;
     model_diff(lead->config.at("model"), base->config.at("model"), "", diff);
+    for (const char* key : kTrainingMitigations) {
+      const json a = lead->config.at("train").value(key, json()),
+                 b = base->config.at("train").value(key, json());
+      if (a != b) diff.push_back(std::string("train.") + key + " = " + a.dump());
+    }
     std::string what;
     for (const auto& d : diff) what += (what.empty() ? "" : ", ") + d;
     Candidate x;
     x.name = lead->name;
     x.what = what.empty() ? "the baseline's model" : what;
-    x.kind = CandidateKind::kArchitecture;
+    x.kind = CandidateKind::kTrained;
     x.run = extra_dir + "/" + lead->name;
     x.cost = cost(lead->config.at("model"), where + ": run \"" + lead->name + "\" model");
     x.has_log = !lead->evals.empty();

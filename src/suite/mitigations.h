@@ -33,12 +33,14 @@ struct ModelCost {
 // `model` is a run's config["model"]; `where` names it for error messages.
 using CostFn = std::function<ModelCost(const nlohmann::json& model, const std::string& where)>;
 
-enum class CandidateKind { kBaseline, kArchitecture, kInference };
+// kTrained: a model a suite trained (an architecture or a training recipe); kInference: an option
+// applied to the baseline's model at scoring time.
+enum class CandidateKind { kBaseline, kTrained, kInference };
 
 struct Candidate {
   std::string name;  // the suite run, or "W8S8 + ensemble4"
   std::string what;  // what it changes, in words
-  CandidateKind kind = CandidateKind::kArchitecture;
+  CandidateKind kind = CandidateKind::kTrained;
   std::string run;                             // the suite run whose model is scored
   std::map<std::string, PhaseSummary> sweeps;  // by padding; a missing padding is absent
   std::optional<ModelCost> cost;               // of the model (the cache of one sequence)

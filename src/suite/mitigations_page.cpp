@@ -233,7 +233,7 @@ std::string seeds_verdict(const Comparison& c) {
   for (const auto& s : seed_settings(c, false)) seeded.insert(s);
   for (const Candidate& x : c.candidates)
     if (auto t = judge(c, x, c.paddings.front());
-        t && t->met() && x.kind == CandidateKind::kArchitecture && !seeded.count(x.name))
+        t && t->met() && x.kind == CandidateKind::kTrained && !seeded.count(x.name))
       arch += (arch.empty() ? "" : ", ") + x.name;
   const bool inference = std::count(kInferenceSettings.begin(), kInferenceSettings.end(), best);
   out = fmt::format(
