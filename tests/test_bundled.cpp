@@ -230,3 +230,40 @@ TEST(Bundled, BlindAuditOfTheServedChunkedModelFindsPeriod4AndMatchesTheSweep) {
 
 }  // namespace
 }  // namespace phasekv
+
+namespace phasekv {
+namespace {
+
+// `phasekv probe` with the shipped lookup spec (configs/probe/lookup.toml): the same prompt
+// behind 1 to 64 tokens of prefix padding, four filler families. The chunked model's margin
+// P(v17) - P(v3) has period 8 (its stride); the full-attention control answers right at every L.
+json probe(const std::string& name, const fs::path& out) {
+  const std::string cmd = kBin + " probe --spec " + std::string(PHASEKV_SOURCE_DIR) +
+                          "/configs/probe/lookup.toml --model " + model(name) +
+                          " --threads 2 --stride 8 --retest 8 --permutations 199 --out " +
+                          out.string() + " > " + (out.string() + ".log") + " 2>&1";
+  if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << cmd << "\n" << slurp(out.string() + ".log");
+  return json::parse(slurp(out / "probe.json"));
+}
+
+TEST(Bundled, ProbeFindsTheStrideInTheChunkedModelOnly) {
+  const fs::path dir = fresh_dir("probe_chunked");
+  const json c = probe("lookup-chunked", dir);
+  EXPECT_EQ(c["period"]["detected"], 8);
+  EXPECT_LT(c["period"]["p_value"].get<double>(), 0.01);
+  EXPECT_EQ(c["rankings"]["total"], 256);
+  EXPECT_LT(c["rankings"]["top1_correct"].get<int>(), 200);  // wrong at some phases
+  // Re-asking at 8 consecutive lengths never agrees: every window holds a weak phase.
+  EXPECT_EQ(c["retest"]["all_agree"], 0);
+  EXPECT_GT(c["retest"]["majority_correct"].get<int>(), c["retest"]["single_correct"].get<int>());
+  for (const char* f : {"probe.svg", "probe-f0.svg", "probe-f7.svg", "results.jsonl"})
+    EXPECT_TRUE(fs::exists(dir / f)) << f;
+
+  const json full = probe("lookup-full", fresh_dir("probe_full"));
+  EXPECT_GE(full["period"]["p_value"].get<double>(), 0.05);
+  EXPECT_EQ(full["rankings"]["top1_correct"], 256);
+  EXPECT_EQ(full["retest"]["all_agree"], full["retest"]["items"]);
+}
+
+}  // namespace
+}  // namespace phasekv

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   phasekv::cli::register_explain(app);
   phasekv::cli::register_theory(app);
   phasekv::cli::register_mitigations(app);
+  phasekv::cli::register_probe(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -124,6 +124,7 @@ struct LineChart {
   std::vector<LineSeries> series;
   double x_lo = NAN, x_hi = NAN, y_lo = NAN, y_hi = NAN;
   bool x_integer_ticks = false;  // ticks at whole numbers only (counts such as heads)
+  std::vector<double> x_marks;   // dotted vertical lines (e.g. every S-th filler length)
 };
 std::string line_svg(const LineChart& c);
 

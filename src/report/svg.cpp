@@ -486,6 +486,11 @@ std::string line_svg(const LineChart& c) {
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#333333\"/>"
         "<text x=\"{0:.1f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4}</text>\n",
         px(v), base, base + 4, base + 16, tick_label(v, xs));
+  for (double v : c.x_marks)
+    if (v >= x0 && v <= x1)
+      out += fmt::format("<line class=\"x-mark\" x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" "
+                         "y2=\"{2:.1f}\" stroke=\"#999999\" stroke-dasharray=\"2,3\"/>\n",
+                         px(v), f.top, base);
   out += svg_plot_border(f, c.x_label, c.y_label);
   std::string legend = "<g class=\"legend\">\n";
   for (size_t i = 0; i < c.series.size(); ++i) {

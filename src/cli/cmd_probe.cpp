@@ -1,0 +1,143 @@
+// `phasekv probe`: the padding probe (probe/probe.h) on an in-process model (--model DIR) or a
+// served one (--endpoint URL --model NAME), through the resumable runner.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iostream>
+#include <memory>
+
+#include "backend/http_client.h"
+#include "backend/local_backend.h"
+#include "cli/commands.h"
+#include "probe/probe.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv::cli {
+namespace {
+
+struct ProbeArgs {
+  std::string spec, model, endpoint, dialect = "auto", out, lengths, api_key_env;
+  int stride = 0, retest = 1, threads = 0, batch = 16, permutations = 1000;
+  int concurrency = 8, retries = 5, top_n = 20;
+  double timeout_s = 60;
+  int64_t max_context = 0;
+};
+
+// "A:B" -> {A, B}.
+std::pair<int, int> parse_lengths(const std::string& s) {
+  const auto colon = s.find(':');
+  try {
+    if (colon == std::string::npos) throw std::invalid_argument("no colon");
+    size_t used_a = 0, used_b = 0;
+    const int a = std::stoi(s.substr(0, colon), &used_a);
+    const int b = std::stoi(s.substr(colon + 1), &used_b);
+    if (used_a != colon || used_b != s.size() - colon - 1) throw std::invalid_argument("junk");
+    if (a < 0 || b < a) throw std::invalid_argument("range");
+    return {a, b};
+  } catch (const std::exception&) {
+    throw Error("--lengths '" + s + "' (allowed: A:B with 0 <= A <= B, filler tokens)");
+  }
+}
+
+void run_probe(const ProbeArgs& a) {
+  if (a.retest < 1) throw Error("--retest is " + std::to_string(a.retest) + " (allowed: >= 1)");
+  if (a.stride < 0) throw Error("--stride is " + std::to_string(a.stride) + " (allowed: >= 0, 0 = the model's or the detected period)");
+  if (a.permutations < 0) throw Error("--permutations must be >= 0");
+  ProbeSpec spec = probe_spec_from_file(a.spec);
+  if (!a.lengths.empty()) std::tie(spec.l_min, spec.l_max) = parse_lengths(a.lengths);
+
+  std::unique_ptr<Backend> backend;
+  int stride = a.stride;
+  if (a.endpoint.empty()) {
+    set_threads(a.threads);
+    auto local = std::make_unique<LocalBackend>(LocalBackend::from_dir(a.model, a.threads, a.batch));
+    if (stride == 0) stride = chunked_stride(local->model()->cfg);
+    backend = std::move(local);
+  } else {
+    HttpBackendOptions o;
+    o.endpoint = a.endpoint;
+    o.model = a.model;
+    o.dialect = a.dialect;
+    o.concurrency = a.concurrency;
+    o.timeout_s = a.timeout_s;
+    o.retries = a.retries;
+    o.api_key_env = a.api_key_env;
+    o.top_n = a.top_n;
+    o.max_context = a.max_context;
+    backend = HttpBackend::open(o);
+  }
+  const int l_hi = spec.l_max + a.retest - 1;
+  ProbePlan plan = plan_probe(*backend, spec, l_hi);
+  for (const auto& [family, missing] : plan.unreachable)
+    std::cerr << fmt::format("probe: family {}: no k gives L = {} (the tokenizer merges units)\n",
+                             family, fmt::join(missing, ", "));
+  EvalRecord identity;
+  identity.model = backend->model_id();
+  identity.task = "probe:" + spec.hash();  // a changed spec is another run
+  identity.modulus = l_hi + 1;  // a record's phase is its filler length L, in [0, l_hi]
+  identity.padding = "filler";
+  ProbeMode mode(spec, plan, identity);
+  RunOptions ro;
+  ro.out_dir = a.out;
+  ro.label = "probe";
+  ro.progress = &std::cerr;
+  const RunResult run = run_items(*backend, mode, ro);
+
+  ProbeSummaryOptions so;
+  so.stride = stride;
+  so.retest = a.retest;
+  so.permutations = a.permutations;
+  nlohmann::json summary = summarize_probe(spec, run, so);
+  summary["backend"] = backend->describe();
+  summary["code_ids"] = plan.code_ids;
+  nlohmann::json unreachable = nlohmann::json::object();
+  for (const auto& [family, missing] : plan.unreachable) unreachable[family] = missing;
+  summary["unreachable_lengths"] = unreachable;
+  summary["records"] = {{"items", run.items}, {"scored", run.scored}, {"resumed", run.resumed}};
+  write_file_atomic(a.out + "/probe.json", summary.dump(2) + "\n");
+  write_probe_charts(a.out, summary);
+  std::cout << probe_verdict(summary) << "\n";
+  if (summary.contains("retest")) {
+    const auto& r = summary["retest"];
+    std::cout << fmt::format(
+        "retest K = {}: all {} answers agree at {} of {} lengths; the first answer is right at {}, "
+        "the majority at {}\n",
+        r["k"].get<int>(), r["k"].get<int>(), r["all_agree"].get<int>(), r["items"].get<int>(),
+        r["single_correct"].get<int>(), r["majority_correct"].get<int>());
+  }
+  std::cout << "wrote " << a.out << "/{results.jsonl, probe.json, probe.svg, probe-FAMILY.svg}\n";
+}
+
+}  // namespace
+
+void register_probe(CLI::App& app) {
+  auto a = std::make_shared<ProbeArgs>();
+  auto* cmd = app.add_subcommand(
+      "probe", "the padding probe: candidate continuations against the filler length before code");
+  cmd->add_option("--spec", a->spec, "probe spec (TOML or JSON: code, candidates, correct, lengths, families)")
+      ->required();
+  cmd->add_option("--model", a->model,
+                  "a model directory; with --endpoint the served model's name")
+      ->required();
+  cmd->add_option("--endpoint", a->endpoint, "server URL (OpenAI-compatible), e.g. http://127.0.0.1:8000");
+  cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
+      ->required();
+  cmd->add_option("--stride", a->stride,
+                  "S for the tables by L mod S (0: the model's stride, else the detected period)");
+  cmd->add_option("--retest", a->retest, "K: compare the answers at L, L+1, ..., L+K-1");
+  cmd->add_option("--lengths", a->lengths, "A:B, overrides the spec's filler lengths");
+  cmd->add_option("--permutations", a->permutations, "permutations of the period test");
+  cmd->add_option("--threads", a->threads, "libtorch threads for --model DIR (0 = all cores)");
+  cmd->add_option("--batch", a->batch, "sequences per forward for --model DIR");
+  cmd->add_option("--dialect", a->dialect, "auto|vllm|sglang|llamacpp (with --endpoint)");
+  cmd->add_option("--concurrency", a->concurrency, "requests in flight (with --endpoint)");
+  cmd->add_option("--timeout-s", a->timeout_s, "per-request timeout in seconds");
+  cmd->add_option("--retries", a->retries, "retries per request");
+  cmd->add_option("--api-key-env", a->api_key_env, "environment variable holding the API key");
+  cmd->add_option("--top-n", a->top_n, "logprobs / n_probs per position (with --endpoint)");
+  cmd->add_option("--max-context", a->max_context, "overrides the server's context size");
+  cmd->callback([a] { run_probe(*a); });
+}
+
+}  // namespace phasekv::cli
