@@ -2,8 +2,15 @@
 // step's output, a rerun that skips what is done, an interrupted training resumed from its
 // checkpoint, and the generated results page.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
 
 #include "suite/plan.h"
 #include "suite/suite.h"
@@ -134,6 +141,61 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
   EXPECT_NE(page.find("Full-attention controls have no significant period"), std::string::npos);
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked.svg"));
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked-depth.svg"));
+  fs::remove_all(dir);
+}
+
+// The child processes of `pid` (Linux: /proc/PID/task/PID/children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> out;
+  for (pid_t c; in >> c;) out.push_back(c);
+  return out;
+}
+
+// Running or sleeping: not gone and not a zombie waiting for its reaper.
+bool alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// kill -9 of `repro` alone (not its process group): the training it started must not run on.
+TEST(Repro, AKilledReproLeavesNoTrainingRunning) {
+  const fs::path dir = test::temp_dir("repro_orphans");
+  std::string base = kBase;
+  base.replace(base.find("steps = 6"), 9, "steps = 100000");
+  test::write_text(dir / "base.toml", base);
+  test::write_text(dir / "suite.toml", kSuite);
+  const std::string suite = (dir / "suite.toml").string(), out = (dir / "out").string(),
+                    log = (dir / "repro.log").string();
+  const pid_t repro = fork();
+  ASSERT_GE(repro, 0);
+  if (repro == 0) {
+    freopen(log.c_str(), "w", stderr);
+    execl(kBin.c_str(), kBin.c_str(), "repro", "--suite", suite.c_str(), "--out", out.c_str(),
+          "--jobs", "1", "--only", "chunked", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::vector<pid_t> kids;
+  for (int i = 0; i < 300 && kids.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kids = children_of(repro);
+  }
+  ASSERT_FALSE(kids.empty()) << "repro started no child in 15 s\n" << test::slurp(log);
+  kill(repro, SIGKILL);
+  int status = 0;
+  waitpid(repro, &status, 0);
+  for (pid_t k : kids) {
+    bool gone = false;
+    for (int i = 0; i < 200 && !gone; ++i) {
+      gone = !alive(k);
+      if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(gone) << "child " << k << " of the killed repro still runs";
+    if (!gone) kill(k, SIGKILL);
+  }
   fs::remove_all(dir);
 }
 

@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <deque>
 #include <filesystem>
 #include <map>
@@ -32,11 +34,17 @@ std::string depth_label(double d) {
   return "depth-" + s;
 }
 
-// Starts argv with stdout and stderr appended to `log`; returns the child's pid.
+// Starts argv with stdout and stderr appended to `log`; returns the child's pid. The child gets
+// SIGTERM when this process dies (even by SIGKILL), so a killed `repro` leaves no training or
+// sweep running on behind it, writing into the run directory that its rerun resumes. Called from
+// the scheduling thread, which lives as long as the suite (the signal follows the forking thread).
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) throw Error("fork failed: cannot start " + argv.front());
   if (pid == 0) {
+    // If the parent died between fork and prctl, no signal would ever come: stop here.
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) _exit(125);
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
