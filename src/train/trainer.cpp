@@ -377,7 +377,9 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   } else {
     write_file_atomic(log_path, "");
   }
-  std::ofstream log(log_path, std::ios::app);
+  // Checked appends: a full disk stops the run naming the file (its checkpoint stays whole)
+  // instead of training on with log lines silently missing.
+  AppendFile log(log_path);
   // bf16 runs the forward and loss under CPU autocast (f32 master weights and optimiser state);
   // without native bf16 GEMMs it falls back to f32. train.json records what actually ran.
   const Precision precision =
@@ -437,7 +439,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
         }
         eval_str = fmt::format(" | eval acc {:.3f} loss {:.3f}", result.eval_acc, result.eval_loss);
       }
-      log << rec.dump() << "\n" << std::flush;
+      log.append(rec.dump() + "\n");
       std::cerr << fmt::format(
           "step {:>6}/{}  loss {:.4f}  acc {:.3f}{}  |  {:.0f} tok/s  ETA {}\n", done, t.steps,
           loss_sum / window, acc_sum / window, eval_str, tps, format_duration(eta));
