@@ -22,6 +22,7 @@ void register_theory(CLI::App& app);
 // `mitigations report` and `mitigations commands` (cmd_mitigations.cpp).
 void register_mitigations(CLI::App& app);
 void register_probe(CLI::App& app);
+void register_tokenizer(CLI::App& app);
 
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
 void set_threads(int n);

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   phasekv::cli::register_theory(app);
   phasekv::cli::register_mitigations(app);
   phasekv::cli::register_probe(app);
+  phasekv::cli::register_tokenizer(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -62,13 +62,12 @@ void split_sentences(const std::string& text, std::vector<std::string>& out) {
 
 }  // namespace
 
-FillerCorpus load_filler_corpus(const std::string& manifest_path) {
+std::vector<ManifestFile> read_manifest_files(const std::string& manifest_path,
+                                              const std::string& if_changed) {
   const json m = read_json_file(manifest_path);
   if (!m.is_object() || !m.contains("files") || !m["files"].is_array() || m["files"].empty())
     throw Error(manifest_path + ": 'files' must be a non-empty list of {path, bytes, sha256}");
-  FillerCorpus c;
-  c.manifest_path = manifest_path;
-  c.files = m["files"];
+  std::vector<ManifestFile> out;
   for (size_t i = 0; i < m["files"].size(); ++i) {
     const json& f = m["files"][i];
     const std::string where = manifest_path + ": files[" + std::to_string(i) + "]";
@@ -80,16 +79,27 @@ FillerCorpus load_filler_corpus(const std::string& manifest_path) {
       throw Error(where + ": " + path +
                   " does not exist (a Debian package's file: is the package "
                   "installed?)");
-    const std::string text = read_file(path);
+    std::string text = read_file(path);
     const auto want_bytes = f["bytes"].get<uint64_t>();
     const std::string digest = sha256_hex(text);
     if (text.size() != want_bytes || digest != f["sha256"].get<std::string>())
       throw Error(where + ": " + path + " has changed: " + std::to_string(text.size()) +
                   " bytes, SHA-256 " + digest + "; the manifest pins " +
                   std::to_string(want_bytes) + " bytes, SHA-256 " + f["sha256"].get<std::string>() +
-                  " (another package version: write a new manifest, since the filler of "
-                  "earlier audits would differ)");
-    split_sentences(text, c.sentences);
+                  " (" + if_changed + ")");
+    out.push_back({path, std::move(text), f});
+  }
+  return out;
+}
+
+FillerCorpus load_filler_corpus(const std::string& manifest_path) {
+  FillerCorpus c;
+  c.manifest_path = manifest_path;
+  for (const ManifestFile& f : read_manifest_files(
+           manifest_path, "another package version: write a new manifest, since the filler of "
+                          "earlier audits would differ")) {
+    c.files.push_back(f.entry);
+    split_sentences(f.text, c.sentences);
   }
   if (c.sentences.empty()) throw Error(manifest_path + ": the files hold no usable sentence");
   return c;

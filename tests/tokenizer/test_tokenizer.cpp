@@ -1,0 +1,109 @@
+// `phasekv tokenizer`: a sentencepiece tokenizer trained on a corpus manifest's training files
+// (io/sentencepiece_tokenizer.h): held-out files stay out, any text round-trips exactly, digits
+// are split, and a changed corpus file stops the training.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "io/sentencepiece_tokenizer.h"
+#include "task/filler_corpus.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+namespace phasekv {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Torch-free helpers (tests/test_util.h pulls in libtorch, which this program must not load).
+fs::path temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() /
+                     ("phasekv_test_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+void write_text(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+const char* kCode[] = {
+    "def quantize(x, scale):\n    y = x / scale\n    return clamp(y, -448.0, 448.0)\n",
+    "class Buffer:\n    def __init__(self, n):\n        self.data = [0] * n\n\n"
+    "    def put(self, i, v):\n        self.data[i] = v\n",
+    "import os\n\nfor name in os.listdir('.'):\n    print(name, len(name))\n"};
+
+// Three small code files, the last held out; returns the manifest path.
+fs::path write_corpus(const fs::path& dir) {
+  json files = json::array();
+  for (int i = 0; i < 3; ++i) {
+    std::string text;
+    for (int r = 0; r < 20; ++r) text += kCode[i];  // enough lines for a few hundred pieces
+    const fs::path p = dir / ("f" + std::to_string(i) + ".py");
+    write_text(p, text);
+    files.push_back({{"path", p.string()},
+                     {"bytes", text.size()},
+                     {"sha256", sha256_hex(text)},
+                     {"held_out", i == 2}});
+  }
+  const fs::path m = dir / "corpus.json";
+  write_text(m, json{{"files", files}}.dump());
+  return m;
+}
+
+TEST(Tokenizer, TrainsOnTheTrainingFilesAndRoundTripsAnyText) {
+  const fs::path dir = temp_dir("tokenizer");
+  const fs::path manifest = write_corpus(dir);
+  SentencePieceTrainOptions o;
+  o.vocab_size = 300;
+  const json meta = train_sentencepiece(manifest.string(), (dir / "tok").string(), o);
+  EXPECT_EQ(meta["training_files"], 2);
+  EXPECT_EQ(meta["held_out_files"], 1);
+  EXPECT_EQ(meta["vocab_size"], 300);
+  const auto t = SentencePieceTokenizer::load((dir / "tok").string());
+  EXPECT_EQ(t.size(), 300);
+  // Indentation, newlines, tabs and characters never seen in training (byte fallback).
+  for (const std::string& text : {std::string(kCode[1]), std::string("  x\t= 'é€'\n\n  y"),
+                                 std::string(" leading space"), std::string("T.Cast(FP8")})
+    EXPECT_EQ(t.decode(t.encode(text)), text);
+  EXPECT_EQ(t.encode("32").size(), 2u);  // digits split: "32" is two tokens, "8" one
+  EXPECT_EQ(t.encode("8").size(), 1u);
+  // Learned pieces: the training files' words take fewer tokens than their characters.
+  EXPECT_LT(t.encode("    return clamp(y").size(), std::string("    return clamp(y").size());
+  EXPECT_THROW(t.decode({300}), Error);
+  // The same corpus and options train the same model.
+  train_sentencepiece(manifest.string(), (dir / "tok2").string(), o);
+  EXPECT_EQ(slurp(dir / "tok" / "tokenizer.model"), slurp(dir / "tok2" / "tokenizer.model"));
+  fs::remove_all(dir);
+}
+
+TEST(Tokenizer, AChangedCorpusFileStopsTheTraining) {
+  const fs::path dir = temp_dir("tokenizer_changed");
+  const fs::path manifest = write_corpus(dir);
+  write_text(dir / "f1.py", "changed\n");
+  SentencePieceTrainOptions o;
+  o.vocab_size = 300;
+  try {
+    train_sentencepiece(manifest.string(), (dir / "tok").string(), o);
+    FAIL() << "trained on a changed file";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("files[1]: " + (dir / "f1.py").string() + " has changed: 8 bytes"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_FALSE(fs::exists(dir / "tok" / "tokenizer.model"));
+  o.vocab_size = 100;
+  EXPECT_THROW(train_sentencepiece(manifest.string(), (dir / "tok").string(), o), Error);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace phasekv
