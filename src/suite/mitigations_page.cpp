@@ -236,14 +236,16 @@ std::string seeds_verdict(const Comparison& c) {
         t && t->met() && x.kind == CandidateKind::kTrained && !seeded.count(x.name))
       arch += (arch.empty() ? "" : ", ") + x.name;
   const bool inference = std::count(kInferenceSettings.begin(), kInferenceSettings.end(), best);
-  out = fmt::format(
+  const std::string head = fmt::format(
       "- **On the suite's seeds, no candidate is shown to meet the target.** The baseline has {} "
       "seeds and no inference option{} meets the target on all of them; the study suite's "
-      "architecture candidates were trained with one seed each ({}). Closest across seeds: "
-      "**{}**, which meets it on {} of {} seeds; on the others:",
-      c.seed_runs.size() + 1,
-      c.candidate_suites.empty() ? "" : " or candidate-suite architecture",
-      arch.empty() ? "none meets it on that one" : arch + " meet it on that one, other seeds untrained",
+      "architecture candidates were trained with one seed each ({}).",
+      c.seed_runs.size() + 1, c.candidate_suites.empty() ? "" : " or candidate-suite run",
+      arch.empty() ? "none meets it on that one" : arch + " meet it on that one, other seeds untrained");
+  // Naming a "closest" that meets it on no seed (or has no results) would mislead.
+  if (best_count.first <= 0) return head + " None of them meets it on any seed.\n";
+  out = fmt::format(
+      "{} Closest across seeds: **{}**, which meets it on {} of {} seeds; on the others:", head,
       inference ? std::string(kBaselineRun) + " + " + best : best, best_count.first,
       best_count.second);
   for (const auto& k : seed_checks(c, best))
