@@ -16,10 +16,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // Bottom to top.
-const std::vector<std::string> kLayers = {"util",    "config",  "task",  "io",   "kernels",
+const std::vector<std::string> kLayers = {"util",    "config",  "task",  "io",    "kernels",
                                           "model",   "runtime", "backend", "train", "eval",
-                                          "report",  "theory",  "explain", "suite", "server",
-                                          "perf",    "cli"};
+                                          "report",  "probe",   "theory", "explain", "suite",
+                                          "server",  "perf",    "cli",    "tools"};
 
 TEST(Layers, NoIncludePointsUp) {
   std::map<std::string, int> rank;
