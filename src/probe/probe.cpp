@@ -260,12 +260,18 @@ std::vector<EvalRecord> ProbeMode::evaluate(Backend& backend, const std::vector<
     r.correct = static_cast<int>(win) == spec_.correct;
     const double lp = cs[static_cast<size_t>(spec_.correct)].logprob;
     if (std::isfinite(lp) && !cs[static_cast<size_t>(spec_.correct)].censored) r.target_logprob = lp;
-    std::string top1;
-    try {
-      top1 = backend.detokenize({first.argmax});
-    } catch (const std::exception&) {
-      top1 = "";  // the record keeps the id; the text is a convenience
+    // Few distinct greedy tokens over a probe: each is detokenized once (one request when served).
+    auto known = top1_text_.find(first.argmax);
+    if (known == top1_text_.end()) {
+      std::string text;
+      try {
+        text = backend.detokenize({first.argmax});
+      } catch (const std::exception&) {
+        text = "";  // the record keeps the id; the text is a convenience
+      }
+      known = top1_text_.emplace(first.argmax, text).first;
     }
+    const std::string& top1 = known->second;
     r.extra = {{"L", it.phase},
                {"k", plan_.prompts.at(it.condition).at(it.phase).k},
                {"candidates", cands},

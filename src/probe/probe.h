@@ -83,6 +83,7 @@ class ProbeMode : public EvalMode {
   ProbeSpec spec_;
   ProbePlan plan_;
   EvalRecord identity_;
+  std::map<int32_t, std::string> top1_text_;  // detokenized greedy tokens
 };
 
 struct ProbeSummaryOptions {
