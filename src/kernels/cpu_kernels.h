@@ -89,8 +89,9 @@ void band_diag_output_backward(const T* dout, const T* p, const T* v, T* dp, T* 
                                int64_t T_len, int64_t G, int64_t hd, int64_t L);
 
 // C [M, N] = op(A) op(B) + beta C, row-major with leading dimensions lda, ldb, ldc (op: the
-// matrix, or its transpose when trans_*), through oneDNN's sgemm on the calling thread's OpenMP
-// thread count (libtorch's at::set_num_threads sets it). Throws std::runtime_error on failure.
+// matrix, or its transpose when trans_*), through oneDNN's sgemm or OpenBLAS, whichever
+// gemm_choice.h measured faster for this shape class, on the calling thread's libtorch thread
+// count (at::set_num_threads). Throws std::runtime_error on failure.
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 

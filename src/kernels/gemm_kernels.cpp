@@ -1,17 +1,18 @@
-// Matrix products (cpu_kernels.h): f32 GEMMs through oneDNN, and batches of small matrices.
+// Matrix products (cpu_kernels.h, gemm_choice.h): the three f32 GEMM paths (oneDNN's sgemm,
+// OpenBLAS through libtorch, and phasekv's batches of small matrices), chosen per shape class by
+// measurement (gemm_choice.cpp says why no fixed rule is right on every CPU).
 //
-// Why oneDNN for f32: Debian's libtorch runs f32 matmul on OpenBLAS, and OpenBLAS 0.3.21 takes
-// CPUs it does not know for Haswell: on the AMD Zen 5 machine it ran AVX2 kernels at ~100
-// GFLOP/s on one core where oneDNN's sgemm (AVX-512, already a dependency of libtorch) ran ~200.
 // Why our own small-matrix kernel: libtorch 1.13's CPU bmm in f32 runs one BLAS call per matrix
 // after a select of each operand (its batched oneDNN path is bf16 only), which for the chunked
 // layers' entry attention of the small model, [128 x 16] x [16 x 8] per sequence, is mostly
 // per-call overhead (~180 us per bmm of 128 such products, against ~60-80 us here).
+#include <ATen/ATen.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "kernels/gemm_choice.h"
 #include "kernels/simd.h"
 
 namespace phasekv::kernels {
@@ -71,14 +72,10 @@ void one_product(const A* a, const A* b, A* c, int64_t M, int64_t N, int64_t K, 
 
 }  // namespace
 
-void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
-           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum; oneDNN rejects the zero leading dimensions that come with it
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
-  }
+namespace {
+
+void onednn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a,
+                  int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   // oneDNN sizes its OpenMP team from this thread's nthreads ICV, which libtorch sets per thread
   // on first use: without this, a thread that has not yet run a parallel libtorch op (an HTTP
   // worker, say) would run oneDNN on every core instead of at::set_num_threads' count.
@@ -89,6 +86,56 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const fl
     throw std::runtime_error("oneDNN sgemm failed (status " + std::to_string(status) + ") for " +
                              std::to_string(M) + " x " + std::to_string(N) + " x " +
                              std::to_string(K));
+}
+
+// libtorch's f32 mm on views of the caller's buffers: Debian's libtorch hands it to the system
+// BLAS (OpenBLAS), with the strides as leading dimensions and no copy.
+void openblas_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  at::AutoDispatchBelowAutograd no_autograd;
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  auto view = [&](const float* p, int64_t rows, int64_t cols, int64_t ld, bool trans) {
+    auto* q = const_cast<float*>(p);  // read only: mm does not write its inputs
+    return trans ? at::from_blob(q, {cols, rows}, {ld, 1}, f32).t()
+                 : at::from_blob(q, {rows, cols}, {ld, 1}, f32);
+  };
+  auto C = at::from_blob(c, {M, N}, {ldc, 1}, f32);
+  if (beta == 0.0f)
+    at::mm_out(C, view(a, M, K, lda, trans_a), view(b, K, N, ldb, trans_b));
+  else
+    C.addmm_(view(a, M, K, lda, trans_a), view(b, K, N, ldb, trans_b), beta, 1.0f);
+}
+
+}  // namespace
+
+void gemm_on(GemmPath path, const GemmShape& s, const float* a, int64_t lda, const float* b,
+             int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (s.M == 0 || s.N == 0 || s.batch == 0) return;
+  if (s.K == 0) {  // an empty sum; oneDNN rejects the zero leading dimensions that come with it
+    for (int64_t m = 0; m < s.batch * s.M; ++m)
+      for (int64_t j = 0; j < s.N; ++j)
+        c[m * ldc + j] = beta == 0.0f ? 0.0f : beta * c[m * ldc + j];
+    return;
+  }
+  if (path == GemmPath::kSmall) {
+    if (!s.packed || beta != 0.0f)
+      throw std::logic_error("gemm_on: the small kernel takes packed products with beta 0 only");
+    small_batched_gemm<float>(a, b, c, s.batch, s.M, s.N, s.K, s.trans_a, s.trans_b);
+    return;
+  }
+  if (s.batch > 1 && !s.packed)
+    throw std::logic_error("gemm_on: a batch of products must be packed");
+  auto* one = path == GemmPath::kOneDnn ? onednn_sgemm : openblas_sgemm;
+  for (int64_t i = 0; i < s.batch; ++i)
+    one(s.trans_a, s.trans_b, s.M, s.N, s.K, a + i * s.M * s.K, lda, b + i * s.K * s.N, ldb, beta,
+        c + i * s.M * s.N, ldc);
+}
+
+void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* a, int64_t lda,
+           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (M == 0 || N == 0) return;
+  const GemmShape s{1, M, N, K, trans_a, trans_b, false};
+  gemm_on(K == 0 ? GemmPath::kOneDnn : gemm_chooser().choose(s), s, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "kernels/cpu_kernels.h"
+#include "kernels/gemm_choice.h"
 
 namespace phasekv::fused_detail {
 

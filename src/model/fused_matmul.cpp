@@ -1,6 +1,7 @@
-// linear and batched_matmul (fused.h): f32 products through oneDNN's sgemm and batches of small
-// f32/f64 matrices through kernels::small_batched_gemm, as autograd nodes whose backward uses the
-// same kernels (kernels/gemm_kernels.cpp says why both beat libtorch's f32 matmul here).
+// linear and batched_matmul (fused.h): f32 products on the GEMM path measured fastest for their
+// shape class (kernels/gemm_choice.h: oneDNN's sgemm, OpenBLAS, or batches of small matrices
+// through kernels::small_batched_gemm), f64 ones on the small kernel, as autograd nodes whose
+// backward uses the same kernels.
 #include <ATen/autocast_mode.h>
 
 #include "model/fused.h"
@@ -10,11 +11,6 @@ namespace phasekv {
 namespace {
 
 using namespace fused_detail;
-
-// Products of at most this many multiply-adds per matrix go to the small-matrix kernel: below
-// it, a GEMM library call per matrix costs more than the arithmetic (the small model's
-// [128 x 16] x [16 x 8] entry scores: 16K). Larger ones get oneDNN's blocking.
-constexpr int64_t kMaxSmallProduct = int64_t{1} << 18;
 
 // Whether the f32/f64 nodes replace libtorch's matmul for these operands: the fast path, CPU,
 // the same dtype, and not under CPU autocast (libtorch's matmul then runs in bf16 through
@@ -35,32 +31,20 @@ int64_t batch_of(const torch::Tensor& a) {
   return c10::multiply_integers(a.sizes().begin(), a.sizes().end() - 2);
 }
 
-// One sgemm per matrix of a batch whose matrices sit batch_stride_* apart (rows ld* apart).
-void sgemm_batch(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
-                 const float* a, int64_t batch_stride_a, int64_t lda, const float* b,
-                 int64_t batch_stride_b, int64_t ldb, float beta, float* c, int64_t batch_stride_c,
-                 int64_t ldc) {
-  for (int64_t i = 0; i < batch; ++i)
-    k::sgemm(trans_a, trans_b, M, N, K, a + i * batch_stride_a, lda, b + i * batch_stride_b, ldb,
-             beta, c + i * batch_stride_c, ldc);
-}
-
 // C = op(A) op(B) on contiguous operands, allocated in its final shape (batch dims, M, N): a
 // view of it would be a view made inside a custom Function, which autograd forbids modifying in
-// place. Small products: one kernel call for the batch; large f32 ones: oneDNN per matrix.
+// place. f64: the small kernel; f32: the path chosen for the shape class.
 torch::Tensor gemm(const torch::Tensor& a, const torch::Tensor& b, const Sizes& s, bool trans_a,
                    bool trans_b, c10::IntArrayRef shape) {
   auto c = torch::empty(shape, a.options());
   if (a.scalar_type() == torch::kFloat64) {
     k::small_batched_gemm<double>(ptr<double>(a), ptr<double>(b), ptr<double>(c), s.batch, s.M, s.N,
                                   s.K, trans_a, trans_b);
-  } else if (s.M * s.N * s.K <= kMaxSmallProduct) {
-    k::small_batched_gemm<float>(ptr<float>(a), ptr<float>(b), ptr<float>(c), s.batch, s.M, s.N,
-                                 s.K, trans_a, trans_b);
-  } else {
-    sgemm_batch(s.batch, trans_a, trans_b, s.M, s.N, s.K, ptr<float>(a), s.M * s.K,
-                trans_a ? s.M : s.K, ptr<float>(b), s.K * s.N, trans_b ? s.K : s.N, 0.0f,
-                ptr<float>(c), s.M * s.N, s.N);
+  } else if (s.batch > 0 && s.M > 0 && s.N > 0) {
+    const k::GemmShape shape{s.batch, s.M, s.N, s.K, trans_a, trans_b, true};
+    k::gemm_on(s.K == 0 ? k::GemmPath::kSmall : k::gemm_chooser().choose(shape), shape,
+               ptr<float>(a), trans_a ? s.M : s.K, ptr<float>(b), trans_b ? s.K : s.N, 0.0f,
+               ptr<float>(c), s.N);
   }
   return c;
 }
@@ -106,7 +90,8 @@ bool batched_kernel_applies(const torch::Tensor& a, const torch::Tensor& b, bool
   const int64_t K = a.size(-1), N = trans_b ? b.size(-2) : b.size(-1);
   if ((trans_b ? b.size(-1) : b.size(-2)) != K) return false;
   // f64 (gradient checks) only where the small kernel is quick; libtorch otherwise.
-  return a.scalar_type() == torch::kFloat32 || a.size(-2) * N * K <= kMaxSmallProduct;
+  constexpr int64_t kMaxF64Product = int64_t{1} << 18;
+  return a.scalar_type() == torch::kFloat32 || a.size(-2) * N * K <= kMaxF64Product;
 }
 
 // Rows of x [..., in]: every dim but the last (x.numel() / in fails for in = 0).
@@ -178,6 +163,20 @@ torch::Tensor batched_matmul(const torch::Tensor& a, const torch::Tensor& b, boo
     return torch::matmul(a, trans_b ? b.transpose(-1, -2) : b);
   if (records_graph({&a, &b})) return BatchedMatmulFn::apply(a, b, trans_b);
   return batched_forward(a.contiguous(), b.contiguous(), trans_b);
+}
+
+// One product per matrix of a batch whose matrices sit batch_stride_* apart (rows ld* apart), all
+// on the path chosen for one of them.
+static void sgemm_batch(int64_t batch, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                 const float* a, int64_t batch_stride_a, int64_t lda, const float* b,
+                 int64_t batch_stride_b, int64_t ldb, float beta, float* c, int64_t batch_stride_c,
+                 int64_t ldc) {
+  if (batch == 0 || M == 0 || N == 0) return;
+  const k::GemmShape one{1, M, N, K, trans_a, trans_b, false};
+  const auto path = K == 0 ? k::GemmPath::kOneDnn : k::gemm_chooser().choose(one);
+  for (int64_t i = 0; i < batch; ++i)
+    k::gemm_on(path, one, a + i * batch_stride_a, lda, b + i * batch_stride_b, ldb, beta,
+               c + i * batch_stride_c, ldc);
 }
 
 void bmm_into(const torch::Tensor& out, const torch::Tensor& a, const torch::Tensor& b,
