@@ -107,7 +107,20 @@ class Compressor(nn.Module):
                 if a["gate_bias"]:
                     self.bias_v = nn.Parameter(torch.zeros(bshape))
         b = m.get("qkv_bias", False)
-        for l in range(1, self.L):
+        unsupported = [k for k in ("tied_kv", "payload_norm") if a.get(k)]
+        if a.get("grid_offset", 0):
+            unsupported.append("grid_offset")
+        if unsupported:
+            sys.exit(f"torch_reference.py: the compressor options {unsupported} are not implemented")
+        # per_slot (the study's kernel): slot i's token enters the entry as C_i x (+ b_i).
+        self.per_slot = a.get("payload", "shared") == "per_slot"
+        if self.per_slot:
+            self.payload_k = nn.Parameter(torch.zeros([W, kv, D]))
+            self.payload_v = nn.Parameter(torch.zeros([W, kv, D]))
+            if b:
+                self.bias_payload_k = nn.Parameter(torch.zeros([W, kv]))
+                self.bias_payload_v = nn.Parameter(torch.zeros([W, kv]))
+        for l in range(1, self.L if not self.per_slot else 1):
             setattr(self, f"lane{l}_wk", linear(D, kv, b))
             setattr(self, f"lane{l}_wv", linear(D, kv, b))
         if a["entry_norm"]:
@@ -131,10 +144,18 @@ class Compressor(nn.Module):
         lane = (W - 1 - slot) // S
         pos = torch.arange(n)[:, None] * S + (S - W) + slot[None, :]  # [n, W]
         valid, p = pos >= 0, pos.clamp(min=0)
-        pk = torch.stack([k_lin] + [getattr(self, f"lane{l}_wk")(u) for l in range(1, self.L)], 2)
-        pv = torch.stack([v_lin] + [getattr(self, f"lane{l}_wv")(u) for l in range(1, self.L)], 2)
-        pk = pk.view(B, T, self.L, self.Hkv, self.d)[:, p, lane[None, :]]  # [B, n, W, Hkv, d]
-        pv = pv.view(B, T, self.L, self.Hkv, self.d)[:, p, lane[None, :]]
+        if self.per_slot:  # every slot's map on every token, then the one of the slot it is in
+            def slots(maps, bias):
+                y = u @ maps.to(u.dtype).reshape(-1, u.shape[-1]).t()
+                y = y.view(B, T, W, -1) + (0 if bias is None else bias.to(y.dtype))
+                return y[:, p, slot[None, :]].view(B, n, W, self.Hkv, self.d)
+            pk = slots(self.payload_k, getattr(self, "bias_payload_k", None))
+            pv = slots(self.payload_v, getattr(self, "bias_payload_v", None))
+        else:
+            pk = torch.stack([k_lin] + [getattr(self, f"lane{l}_wk")(u) for l in range(1, self.L)], 2)
+            pv = torch.stack([v_lin] + [getattr(self, f"lane{l}_wv")(u) for l in range(1, self.L)], 2)
+            pk = pk.view(B, T, self.L, self.Hkv, self.d)[:, p, lane[None, :]]  # [B, n, W, Hkv, d]
+            pv = pv.view(B, T, self.L, self.Hkv, self.d)[:, p, lane[None, :]]
 
         def weights(gate, bias):
             if a["gate"] == "mean":

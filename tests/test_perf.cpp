@@ -17,6 +17,7 @@
 #include "perf/fit.h"
 #include "perf/flops.h"
 #include "perf/op_profile.h"
+#include "perf/train_step.h"
 #include "perf/stream_bench.h"
 #include "runtime/session.h"
 #include "train/trainer.h"
@@ -138,6 +139,47 @@ TEST(PerfOpProfile, TableCountsCallsPerOpAndShapeAfterAWarmUp) {
 }
 
 // The trainer runs bf16 where the CPU has native bf16 (else f32), records it, and learns.
+// The component profile charges forward and backward time to the components that ran: a chunked
+// model has compressor time in both directions, a full-attention one none; nothing is charged
+// twice (the rows sum to at most the step).
+TEST(PerfComponents, ChargesForwardAndBackwardToTheComponentsThatRan) {
+  ModelConfig m;
+  m.vocab_size = 31;
+  m.d_model = 32;
+  m.n_layers = 2;
+  m.n_heads = 2;
+  m.n_kv_heads = 1;
+  m.head_dim = 16;
+  m.d_ff = 64;
+  m.max_context = 64;
+  for (bool compressed : {true, false}) {
+    AttentionConfig a = compressed ? chunked(4, 8, 4) : AttentionConfig{};
+    m.layers.assign(2, a);
+    validate(m, "test");
+    auto r = time_train_step({"t", m, 4, 32}, Precision::kF32, 1, 1, 0, "", true);
+    std::map<std::string, ComponentTime> by;
+    double sum = 0;
+    for (const auto& c : r.components.rows) {
+      by[c.name] = c;
+      sum += c.forward_s + c.backward_s;
+    }
+    ASSERT_EQ(by.size(), 5u);
+    for (const char* name : {"attention", "mlp"}) {
+      EXPECT_GT(by[name].forward_s, 0) << name;
+      EXPECT_GT(by[name].backward_s, 0) << name;
+    }
+    EXPECT_GT(by["optimizer"].forward_s, 0);
+    EXPECT_EQ(by["optimizer"].backward_s, 0);
+    if (compressed) {
+      EXPECT_GT(by["compressor"].forward_s, 0);
+      EXPECT_GT(by["compressor"].backward_s, 0);
+    } else {
+      EXPECT_EQ(by["compressor"].forward_s + by["compressor"].backward_s, 0);
+    }
+    EXPECT_LE(sum, r.components.step_s * 1.0001);
+  }
+}
+
 TEST(PerfTrain, Bf16TrainingReducesTheLossAndRecordsItsPrecision) {
   auto j = nlohmann::json::parse(R"({
     "model": {"vocab_size": 29, "d_model": 32, "n_layers": 1, "n_heads": 2, "n_kv_heads": 1,

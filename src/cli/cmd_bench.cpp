@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "eval/sweep.h"
 #include "perf/bench_suite.h"
 #include "util/fs.h"
 
@@ -15,7 +16,7 @@ namespace {
 // Options a user set explicitly override --quick, whatever their order on the command line.
 struct BenchFlags {
   BenchOptions user;
-  bool quick = false, no_torch = false;
+  bool quick = false, no_torch = false, recalibrate = false;
   std::string json;
   std::vector<std::pair<CLI::Option*, std::function<void(BenchOptions&, const BenchOptions&)>>>
       overrides;
@@ -41,11 +42,18 @@ void add_common(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   PHASEKV_BENCH_OPTION(cmd, f, "--seed", seed, "weights and data seed");
   f->overrides.back().first->check(non_negative());
   PHASEKV_BENCH_OPTION(cmd, f, "--gemm-sizes", gemm_sizes, "square GEMM sizes for the peak");
+  f->overrides.emplace_back(
+      cmd->add_flag("--recalibrate", f->recalibrate,
+                    "measure the f32 GEMM path of each square size anew (other shape classes: "
+                    "delete the cache file bench gemm names)"),
+      [](BenchOptions& o, const BenchOptions&) { o.recalibrate_gemm = true; });
 }
 
 void add_train(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   PHASEKV_BENCH_OPTION(cmd, f, "--small-config", small_config, "TOML of the bundled model");
   PHASEKV_BENCH_OPTION(cmd, f, "--small-seq", small_seq, "sequence length for the small model");
+  PHASEKV_BENCH_OPTION(cmd, f, "--study-config", study_config,
+                       "TOML of the study row (the suite's reference run)");
   PHASEKV_BENCH_OPTION(cmd, f, "--large-d-model", large_d_model, "larger size: d_model");
   PHASEKV_BENCH_OPTION(cmd, f, "--large-layers", large_layers, "larger size: layers");
   PHASEKV_BENCH_OPTION(cmd, f, "--large-batch", large_batch, "larger size: batch");
@@ -65,6 +73,16 @@ void add_stream(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   PHASEKV_BENCH_OPTION(cmd, f, "--decode-tokens", decode_tokens, "timed decode steps");
   PHASEKV_BENCH_OPTION(cmd, f, "--d-model", stream_d_model, "streaming model: d_model");
   PHASEKV_BENCH_OPTION(cmd, f, "--layers", stream_layers, "streaming model: layers");
+}
+
+void add_eval(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
+  PHASEKV_BENCH_OPTION(cmd, f, "--eval-model", eval_model, "model directory of the sweep");
+  PHASEKV_BENCH_OPTION(cmd, f, "--eval-examples", eval_examples, "logical examples");
+  f->overrides.back().first->check(CLI::Range(1, kMaxExamples));
+  PHASEKV_BENCH_OPTION(cmd, f, "--eval-modulus", eval_modulus, "phases per example");
+  f->overrides.back().first->check(CLI::Range(1, kMaxModulus));
+  PHASEKV_BENCH_OPTION(cmd, f, "--eval-batches", eval_batches, "sequences per forward (list)");
+  f->overrides.back().first->check(CLI::Range(1, 4096));
 }
 
 void finish(const BenchFlags& f, const nlohmann::json& result) {
@@ -110,11 +128,22 @@ void register_bench(CLI::App& app) {
     finish(*stream, {{"stream", bench_stream(o)}});
   });
 
+  auto eval = std::make_shared<BenchFlags>();
+  auto* e = bench->add_subcommand("eval", "sweep throughput: (example, phase) pairs scored per second");
+  add_common(e, eval);
+  add_eval(e, eval);
+  e->callback([eval] {
+    auto o = eval->resolve();
+    set_threads(o.threads);
+    finish(*eval, {{"eval", bench_eval(o)}});
+  });
+
   auto all = std::make_shared<BenchFlags>();
   auto* a = bench->add_subcommand("all", "gemm, train and stream in one run");
   add_common(a, all);
   add_train(a, all);
   add_stream(a, all);
+  add_eval(a, all);
   a->callback([all] {
     auto o = all->resolve();
     set_threads(o.threads);
@@ -122,6 +151,7 @@ void register_bench(CLI::App& app) {
     nlohmann::json r = {{"gemm", bench_gemm(o, peak)}};
     r["train"] = bench_train(o, peak);
     r["stream"] = bench_stream(o);
+    r["eval"] = bench_eval(o);
     finish(*all, r);
   });
 
@@ -132,7 +162,7 @@ void register_bench(CLI::App& app) {
       "dump", "write model, batch, loss and gradients of one f32 step for the PyTorch check");
   add_common(d, dump);
   add_train(d, dump);
-  d->add_option("--size", *size, "small | large");
+  d->add_option("--size", *size, "small | large | study");
   d->add_option("--out", *out, "output directory")->required();
   d->callback([dump, size, out] {
     auto o = dump->resolve();

@@ -4,6 +4,7 @@
 
 #include "model/attend_cached.h"
 #include "model/attend_fast.h"
+#include "model/component_scope.h"
 #include "model/fused.h"
 #include "model/visibility.h"
 
@@ -134,6 +135,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* pro
   auto p = project(x, pos);
   torch::Tensor ek, ev;
   if (comp) {
+    ComponentScope scope(Component::kCompressor);
     auto tokens = comp->project(x, p.k_lin, p.v_lin, 0);
     const int64_t E = complete_entries(cfg, T);
     std::tie(ek, ev) = comp->pool(tokens, 0, 0, E);

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/component_scope.h"
 #include "model/fused.h"
 
 namespace phasekv {
@@ -14,7 +15,12 @@ BlockImpl::BlockImpl(const ModelConfig& m, const AttentionConfig& a) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, AttentionProbe* probe) {
-  auto h = x + attn->forward(attn_norm(x), probe);
+  torch::Tensor h;
+  {
+    ComponentScope scope(Component::kAttention);
+    h = x + attn->forward(attn_norm(x), probe);
+  }
+  ComponentScope scope(Component::kMlp);
   return h + mlp(mlp_norm(h));
 }
 

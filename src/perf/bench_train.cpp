@@ -8,6 +8,7 @@
 #include "perf/flops.h"
 #include "perf/timing.h"
 #include "perf/train_step.h"
+#include "train/batch.h"
 #include "train/train_config.h"
 #include "util/error.h"
 
@@ -40,6 +41,19 @@ TrainStepSpec large_spec(const BenchOptions& o) {
   return {"large", m, o.large_batch, o.large_seq};
 }
 
+// The reproduction suite's reference run (configs/repro/study-base.toml: W8/S8 per-slot payloads,
+// n_win 16, d 64, 2 layers) at its real batch and the width of its real batches: the longest row
+// of one batch of its task with its offset randomisation (the step then trains on random tokens
+// of that width with a loss at every position, as the other rows do).
+TrainStepSpec study_spec(const BenchOptions& o) {
+  auto cfg = train_config_from_file(o.study_config);
+  std::mt19937_64 rng(o.seed);
+  const auto batch =
+      make_training_batch(cfg.task, rng, cfg.train.batch, cfg.train.offset_randomization,
+                          cfg.train.repeat_fraction, cfg.train.repeat_marker);
+  return {"study", cfg.model, cfg.train.batch, batch.tokens.size(1) - 1};
+}
+
 std::string precision_name(Precision p) {
   return p == Precision::kBf16 ? "bf16" : "f32";
 }
@@ -47,7 +61,34 @@ std::string precision_name(Precision p) {
 TrainStepSpec bench_spec(const BenchOptions& o, const std::string& size) {
   if (size == "small") return small_spec(o);
   if (size == "large") return large_spec(o);
-  throw Error("bench: unknown size '" + size + "' (allowed: small, large)");
+  if (size == "study") return study_spec(o);
+  throw Error("bench: unknown size '" + size + "' (allowed: small, large, study)");
+}
+
+nlohmann::json components_json(const ComponentProfile& p) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& c : p.rows)
+    rows.push_back({{"component", c.name}, {"forward_s", c.forward_s}, {"backward_s", c.backward_s}});
+  return {{"step_s", p.step_s}, {"rows", rows}};
+}
+
+void print_components(const ComponentProfile& p) {
+  if (p.rows.empty()) return;
+  fmt::print("== study f32 step by component (one step under the profiler: {:.1f} ms)\n",
+             p.step_s * 1e3);
+  fmt::print("{:<11} {:>10} {:>11} {:>9} {:>6}\n", "component", "forward ms", "backward ms",
+             "total ms", "share");
+  for (const auto& c : p.rows) {
+    const double total = c.forward_s + c.backward_s;
+    const bool other = c.name == "other";
+    fmt::print("{:<11} {:>10} {:>11} {:>9.1f} {:>5.1f}%\n", c.name,
+               other ? "-" : fmt::format("{:.1f}", c.forward_s * 1e3),
+               other ? "-" : fmt::format("{:.1f}", c.backward_s * 1e3), total * 1e3,
+               100 * total / p.step_s);
+  }
+  fmt::print(
+      "attention: projections, rotary, banded window and entry attention (compressor excluded); "
+      "optimizer: clip + AdamW; other: embedding, head, loss, autograd engine\n\n");
 }
 
 }  // namespace
@@ -55,11 +96,12 @@ TrainStepSpec bench_spec(const BenchOptions& o, const std::string& size) {
 nlohmann::json bench_train(const BenchOptions& o, const GemmPeak& peak) {
   namespace fs = std::filesystem;
   nlohmann::json rows = nlohmann::json::array();
+  ComponentProfile study_components;
   fmt::print("== Training step (forward + backward + clip + AdamW), {} threads, load {:.1f}\n",
              o.threads, load_average());
   fmt::print("{:<6} {:<5} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8} {:>9} {:>8}\n", "size", "prec",
              "B x T", "step ms", "tok/s", "GFLOP/s", "MFU", "MFU/bf16", "torch t/s", "x torch");
-  for (const auto* size : {"small", "large"}) {
+  for (const auto* size : {"small", "large", "study"}) {
     auto spec = bench_spec(o, size);
     const fs::path dir = fs::temp_directory_path() / fmt::format("phasekv-bench-{}", size);
     if (o.torch) {
@@ -74,7 +116,12 @@ nlohmann::json bench_train(const BenchOptions& o, const GemmPeak& peak) {
                                    fmt::format("{}-{}.trace.json", size, precision_name(requested)))
                                       .string();
       if (!trace.empty()) fs::create_directories(o.profile_dir);
-      auto r = time_train_step(spec, requested, o.train_warmup, o.train_reps, o.seed, trace);
+      // The study row's f32 step is also profiled by component (the compressor, band,
+      // MLP, optimizer split), printed after the table.
+      const bool by_component = spec.name == "study" && requested == Precision::kF32;
+      auto r = time_train_step(spec, requested, o.train_warmup, o.train_reps, o.seed, trace,
+                               by_component);
+      if (by_component) study_components = r.components;
       const double own_peak = r.precision == Precision::kBf16 ? peak.bf16_flops : peak.f32_flops;
       nlohmann::json row = {{"size", size},
                             {"precision", precision_name(r.precision)},
@@ -117,7 +164,8 @@ nlohmann::json bench_train(const BenchOptions& o, const GemmPeak& peak) {
       "step = fastest of {} timed steps on both sides; MFU = model FLOPs (perf/flops.h) per "
       "second / measured GEMM peak of the precision that ran; MFU/bf16 against the bf16 peak\n\n",
       o.train_reps);
-  return rows;
+  print_components(study_components);
+  return {{"rows", rows}, {"study_components", components_json(study_components)}};
 }
 
 nlohmann::json bench_dump(const BenchOptions& o, const std::string& size, const std::string& dir) {

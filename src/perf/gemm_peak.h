@@ -2,7 +2,8 @@
 // with the current thread count, in f32 and bf16. MFU is quoted against these measured peaks, not
 // against a datasheet, so it answers "how much of what the GEMM libraries can do on this CPU does
 // the model step use". f32 is the better of libtorch's torch::mm (Debian: OpenBLAS) and
-// phasekv's own f32 product (model/fused.h linear: oneDNN's sgemm), which can differ 2x by CPU.
+// phasekv's own f32 product (model/fused.h linear, on the path kernels/gemm_choice.h measured
+// fastest for the shape), which can differ 2x by CPU.
 #pragma once
 #include <vector>
 

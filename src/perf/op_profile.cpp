@@ -3,10 +3,12 @@
 #include <torch/csrc/autograd/profiler_legacy.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <sstream>
 #include <vector>
 
+#include "model/component_scope.h"
 #include "util/fs.h"
 
 namespace phasekv {
@@ -80,6 +82,49 @@ void write_op_profile(const std::function<void()>& f, const std::string& path) {
         << "\t" << key.first << "\t" << key.second << "\n";
   }
   write_file_atomic(path, out.str());
+}
+
+ComponentProfile profile_components(const std::function<void()>& f) {
+  ComponentTrace trace;
+  prof::enableProfilerLegacy(torch::profiler::impl::ProfilerConfig(
+      torch::profiler::impl::ProfilerState::CPU, /*report_input_shapes=*/false));
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  ComponentProfile out;
+  out.step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto lists = prof::disableProfilerLegacy();
+  const std::vector<Component> all = {Component::kAttention, Component::kCompressor,
+                                      Component::kMlp, Component::kOptimizer};
+  std::map<std::string, ComponentTime> by_name;
+  for (auto c : all) by_name[component_name(c)].name = component_name(c);
+  for (const auto& s : trace.spans) by_name[component_name(s.component)].forward_s += s.self_s;
+  constexpr auto kBackward = static_cast<uint8_t>(at::RecordScope::BACKWARD_FUNCTION);
+  for (const auto& events : lists) {
+    // The outermost backward-node range of each nesting is charged whole to its node's owner.
+    std::vector<std::pair<const prof::LegacyEvent*, bool>> stack;  // (push, charged here)
+    int charged_open = 0;
+    for (const auto& e : events) {
+      if (e.kind() == prof::EventKind::PushRange) {
+        const bool charge = charged_open == 0 && e.scope() == kBackward && e.sequenceNr() >= 0;
+        charged_open += charge;
+        stack.emplace_back(&e, charge);
+      } else if (e.kind() == prof::EventKind::PopRange && !stack.empty()) {
+        auto [push, charged] = stack.back();
+        stack.pop_back();
+        if (!charged) continue;
+        --charged_open;
+        const auto* owner = trace.owner(static_cast<uint64_t>(push->sequenceNr()));
+        if (owner) by_name[component_name(owner->component)].backward_s += push->cpuElapsedUs(e) / 1e6;
+      }
+    }
+  }
+  double charged = 0;
+  for (auto c : all) {
+    out.rows.push_back(by_name[component_name(c)]);
+    charged += out.rows.back().forward_s + out.rows.back().backward_s;
+  }
+  out.rows.push_back({"other", std::max(0.0, out.step_s - charged), 0.0});
+  return out;
 }
 
 }  // namespace phasekv

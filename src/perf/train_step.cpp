@@ -6,6 +6,7 @@
 
 #include "model/model_dir.h"
 #include "io/safetensors.h"
+#include "model/component_scope.h"
 #include "model/decoder.h"
 #include "perf/flops.h"
 #include "perf/op_profile.h"
@@ -39,7 +40,8 @@ torch::Tensor train_step_tokens(const TrainStepSpec& spec, uint64_t seed) {
 }
 
 TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, int warmup,
-                                int reps, uint64_t seed, const std::string& profile) {
+                                int reps, uint64_t seed, const std::string& profile,
+                                bool components) {
   auto model = seeded_model(spec, seed);
   auto tokens = train_step_tokens(spec, seed);
   FusedAdamW opt(model->parameters(),
@@ -50,8 +52,11 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
     opt.zero_grad();
     auto loss = step_loss(model, tokens, r.precision);
     loss.backward();
-    torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-    opt.step();
+    {
+      ComponentScope scope(Component::kOptimizer);
+      torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+      opt.step();
+    }
     r.loss = loss.item<double>();
   };
   auto t = time_runs(step, warmup, reps);
@@ -67,6 +72,10 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
       step();
     }
     write_op_profile(step, profile + ".ops.tsv");
+  }
+  if (components) {
+    warm_up_op_profiler(step);
+    r.components = profile_components(step);
   }
   return r;
 }

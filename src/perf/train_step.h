@@ -11,6 +11,7 @@
 
 #include "config/model_config.h"
 #include "model/precision.h"
+#include "perf/op_profile.h"
 
 namespace phasekv {
 
@@ -29,13 +30,16 @@ struct TrainStepResult {
   double flops_per_step = 0;  // model FLOPs (perf/flops.h)
   double flops_per_s = 0;     // achieved model FLOP/s
   double loss = 0;            // loss of the last timed step
+  ComponentProfile components;  // with `components`: one more step, by component
 };
 
 // Times `reps` steps after `warmup` untimed ones, from weights initialised with `seed`. With a
 // profile path, one more step runs under libtorch's profiler and its trace (chrome://tracing
 // JSON) is written there, and another under the op profiler (perf/op_profile.h): path + ".ops.tsv".
+// With components, one more step runs under profile_components (perf/op_profile.h).
 TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, int warmup,
-                                int reps, uint64_t seed, const std::string& profile = "");
+                                int reps, uint64_t seed, const std::string& profile = "",
+                                bool components = false);
 
 // One forward + backward in f32 on the seeded model and batch, written for the reference to
 // check: DIR/config.json + model.safetensors (the model directory), DIR/batch.safetensors
