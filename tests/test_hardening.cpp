@@ -356,6 +356,28 @@ TEST(HardeningTrain, AFinishedModelIsNotOverwrittenWithoutForce) {
   fs::remove_all(dir);
 }
 
+// A training in progress holds OUT/.lock (util/fs.h DirLock): a second `train` into the same OUT,
+// --force or --resume included, is refused before it clears or writes anything.
+TEST(HardeningTrain, ASecondTrainingIntoARunningOneIsRefused) {
+  const fs::path dir = test::temp_dir("hard_lock");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  const fs::path out = dir / "out";
+  ASSERT_EQ(phasekv(train_args(toml, out), dir).status, 0);
+  const std::string weights = test::slurp(out / "model.safetensors");
+  {
+    const DirLock running(out.string());  // what the first training holds while it runs
+    for (const char* extra : {"", " --force", " --resume"}) {
+      const CmdResult r = phasekv(train_args(toml, out) + extra, dir);
+      EXPECT_EQ(r.status, 2) << extra << ": " << r.err;
+      EXPECT_TRUE(has(r.err, "is in use by another run")) << r.err;
+      EXPECT_EQ(test::slurp(out / "model.safetensors"), weights) << extra;
+      EXPECT_EQ(log_lines(out), 6) << extra;
+    }
+  }
+  EXPECT_EQ(phasekv(train_args(toml, out) + " --force", dir).status, 0) << "the lock is released";
+  fs::remove_all(dir);
+}
+
 TEST(HardeningTrain, ACheckpointIsNotOverwrittenWithoutForce) {
   const fs::path dir = test::temp_dir("hard_ckpt");
   const fs::path toml = write_toml(dir, kTrainToml, "t.toml");

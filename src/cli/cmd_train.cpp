@@ -4,6 +4,7 @@
 #include "cli/commands.h"
 #include "train/trainer.h"
 #include "util/error.h"
+#include "util/fs.h"
 
 namespace phasekv::cli {
 
@@ -27,6 +28,10 @@ void register_train(CLI::App& app) {
     if (*force && *resume) throw Error("--force and --resume exclude each other");
     auto cfg = train_config_from_file(*config);
     if (steps_opt->count() > 0) cfg.train.steps = *steps;
+    // Held from before --force clears anything until the model is written: a second `train`
+    // into the same OUT (a resume started twice, a suite and a hand-run) would interleave its
+    // checkpoints and log with the first's, and --force would delete a running training's files.
+    const DirLock lock(*out);
     if (*force && clear_previous_training(*out))
       std::cerr << "--force: removed the previous training in " << *out << "\n";
     auto r = train(cfg, *out, *resume);
