@@ -16,7 +16,7 @@ QUICK=${1:-}
 mkdir -p "$OUT"
 
 echo "== numerics: phasekv vs PyTorch, same weights and batch, one f32 step"
-for size in small large; do
+for size in small large study; do
   "$PHASEKV" bench dump --size "$size" --out "$OUT/check-$size" $QUICK
   "$PY" bench/torch_reference.py check "$OUT/check-$size" | tee "$OUT/check-$size.json"
 done
