@@ -110,6 +110,21 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
           << c.dump();
   }
   EXPECT_NE(cli.log.find("depth x length (worst phase: accuracy, gap pp):"), std::string::npos);
+  // The per-phase table per length: every depth of a length pooled, one accuracy per phase.
+  ASSERT_EQ(a["lengths"].size(), 2u);
+  EXPECT_EQ(a["lengths"][0]["context_tokens"], 60);
+  EXPECT_EQ(a["lengths"][1]["context_tokens"], 160);
+  for (const auto& row : a["lengths"]) {
+    ASSERT_EQ(row["phase_acc"].size(), 8u) << row.dump();
+    for (int r = 0; r < 8; ++r) {
+      EXPECT_EQ(row["phase_n"][r], 18) << "3 depths x 6 examples at r = " << r;
+      if (r % 4 == 3) EXPECT_DOUBLE_EQ(row["phase_acc"][r].get<double>(), 0.0) << row.dump();
+    }
+    EXPECT_DOUBLE_EQ(row["gap_pp"].get<double>(), 100.0) << row.dump();
+  }
+  EXPECT_NE(cli.log.find("per-phase accuracy by context length (all depths pooled):"),
+            std::string::npos)
+      << cli.log;
   // Longer documents have longer prompts, each cell at its own length.
   const auto records = read_results((out / "results.jsonl").string()).records;
   ASSERT_EQ(records.size(), 288u);

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -504,6 +505,50 @@ std::string grid_text(const json& cells) {
   return t;
 }
 
+// Per context length, the outcomes of all its depths pooled (each cell's examples are other
+// documents: other clusters): the per-phase accuracy row of each length, for audit.json
+// "lengths" and the printed per-phase table. `tallies` is cells' order.
+json length_rows(const std::vector<DocCell>& cells, const std::vector<Tally>& tallies,
+                 int examples, int modulus, int stride, const SummaryOptions& stats) {
+  std::map<int64_t, Tally> by_length;
+  for (size_t i = 0; i < cells.size(); ++i)
+    for (PhaseOutcome o : tallies[i].outcomes) {
+      o.example_id += static_cast<int64_t>(i) * examples;
+      by_length[cells[i].context_tokens].outcomes.push_back(o);
+    }
+  json rows = json::array();
+  for (const auto& [length, t] : by_length) {
+    const PhaseSummary s = summarize(t.outcomes, modulus, stride, stats);
+    json acc = json::array(), n = json::array();
+    for (const auto& p : s.phases) {
+      acc.push_back(p.acc);
+      n.push_back(p.n);
+    }
+    rows.push_back({{"context_tokens", length},
+                    {"phase_acc", acc},
+                    {"phase_n", n},
+                    {"mean_acc", s.mean_acc},
+                    {"worst_phase", s.worst_phase},
+                    {"worst_acc", s.worst_acc},
+                    {"gap_pp", s.gap_pp}});
+  }
+  return rows;
+}
+
+// The per-phase table per length: one row of accuracies over r = 0 .. M-1 per context length.
+std::string length_text(const json& rows) {
+  if (rows.empty()) return "";
+  std::string t = "per-phase accuracy by context length (all depths pooled):\n   tokens ";
+  for (size_t r = 0; r < rows.front()["phase_acc"].size(); ++r) t += fmt::format(" r={:<3}", r);
+  t += "\n";
+  for (const auto& row : rows) {
+    t += fmt::format("  {:>7} ", row["context_tokens"].get<int64_t>());
+    for (const auto& acc : row["phase_acc"]) t += fmt::format(" {:5.3f}", acc.get<double>());
+    t += "\n";
+  }
+  return t;
+}
+
 std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   if (a.task != "kv") throw Error("--task passkey needs a phasekv-served model (render ids)");
   const std::vector<DocCell> cells = doc_grid(
@@ -599,8 +644,9 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   // they count as other clusters) for the period, the report files and the gate.
   Tally pooled;
   json cell_rows = json::array();
+  std::vector<Tally> tallies;
   for (size_t i = 0; i < cells.size(); ++i) {
-    const Tally t = tally(run, cells[i].condition, a.modulus);
+    const Tally& t = tallies.emplace_back(tally(run, cells[i].condition, a.modulus));
     require_every_phase(t, run.path);
     if (cells.size() > 1)
       cell_rows.push_back(
@@ -628,6 +674,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
     audit["task"]["context_tokens"] = parse_token_list(a.context_tokens, "--context-tokens");
     audit["task"]["depths_pct"] = parse_depths(a.depths, "--depths");
     audit["cells"] = cell_rows;
+    audit["lengths"] = length_rows(cells, tallies, a.examples, a.modulus, a.stride, stats);
   } else if (cells.front().depth_pct >= 0) {
     audit["task"]["depth_pct"] = cells.front().depth_pct;
   }
@@ -654,7 +701,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   write_sweep_outputs(a.out, label, summary, audit);
   write_audit_json(a.out, audit);
   std::cout << terminal_table(summary, label) << phase_verdict(summary).text() << "\n";
-  if (cells.size() > 1) std::cout << grid_text(cell_rows);
+  if (cells.size() > 1) std::cout << grid_text(cell_rows) << length_text(audit["lengths"]);
   if (mismatched > 0)
     std::cout << fmt::format(
         "warning: {} records have a key position that differs from the plan when their text is "
