@@ -142,5 +142,36 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
   EXPECT_NE(again.log.find("plan: 0 of 288 items to score"), std::string::npos) << again.log;
 }
 
+// A document longer than the --filler corpus wraps around it: every such record says so
+// (filler_repeats), audit.json counts them and the run warns; a corpus long enough says nothing.
+TEST(AuditDocuments, ADocumentLongerThanTheCorpusIsFlaggedAsRepeatingItsFiller) {
+  const fs::path dir = test::temp_dir("audit_wrap");
+  const fs::path text = dir / "doc.txt";
+  write_file_atomic(text.string(), "The river runs past the old mill. Grass grows on the hill.\n");
+  const json manifest = {{"files",
+                          {{{"path", text.string()},
+                            {"bytes", fs::file_size(text)},
+                            {"sha256", sha256_hex(read_file(text.string()))}}}}};
+  write_file_atomic((dir / "m.json").string(), manifest.dump());
+  test::FakeLlamaServer server;
+  const auto cli =
+      test::run_audit_cli(server.endpoint(), "any", dir / "out", "--filler " + (dir / "m.json").string(),
+                          "--modulus 4 --examples 2 --records 2 --context-tokens 120");
+  ASSERT_EQ(cli.status, 0) << cli.log;
+  const json a = json::parse(read_file((dir / "out" / "audit.json").string()));
+  EXPECT_EQ(a["records"]["filler_repeats"], 8) << a["records"].dump();
+  EXPECT_NE(cli.log.find("longer than the --filler corpus (2 sentences)"), std::string::npos)
+      << cli.log;
+  for (const auto& r : read_results((dir / "out" / "results.jsonl").string()).records)
+    EXPECT_TRUE(r.extra.value("filler_repeats", false));
+  // The Debian corpus (578 sentences) covers a 160-token document: no flag.
+  const auto long_corpus = test::run_audit_cli(server.endpoint(), "any", dir / "out2",
+                                               "--filler " + kManifest,
+                                               "--modulus 4 --examples 2 --records 2 --context-tokens 160");
+  ASSERT_EQ(long_corpus.status, 0) << long_corpus.log;
+  EXPECT_EQ(json::parse(read_file((dir / "out2" / "audit.json").string()))["records"]["filler_repeats"], 0);
+  EXPECT_EQ(long_corpus.log.find("longer than the --filler corpus"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace phasekv

@@ -50,6 +50,7 @@ struct TextKvTask::Example {
   std::vector<int32_t> body;   // intro, filler and records
   int target_start = 0;        // body offset where the target record begins ("\nkey")
   double depth = 0;            // target_start / body length
+  bool filler_repeats = false;  // more sentences than the corpus has: it wrapped around
   int key_off = 0;             // body offset of the target key's first non-blank token
   int value_off = 0;           // and of the value's
   std::vector<int32_t> query;  // ends right before the value's first non-blank token
@@ -175,6 +176,8 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
     sentences.push_back(o_.filler_ids.empty() ? ids(filler[at]) : o_.filler_ids[at]);
     length += static_cast<int>(sentences.back().size());
   }
+  // Only a corpus's wrap is news: the eight built-in sentences repeat by design.
+  ex.filler_repeats = !o_.filler.empty() && sentences.size() > filler.size();
   std::vector<int> slots;  // sentence boundaries, sorted; record r goes to the r-th
   for (int i = 0; i < o_.records; ++i)
     slots.push_back(draw_below(rng, static_cast<int>(sentences.size()) + 1));
@@ -289,6 +292,7 @@ std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int
     item.answer = ex.answer;
     item.answer_text = ex.answer_text;
     item.depth = ex.depth;
+    item.filler_repeats = ex.filler_repeats;
     if (item.key_pos % M != phase)
       throw Error("internal: text task layout does not put the key at its phase");
     items.push_back(std::move(item));

@@ -71,6 +71,9 @@ struct TextItem {
   std::string answer_text;      // the value's digits (chat answers are read as text)
   int key_pos = 0, value_pos = 0, query_pos = 0;
   double depth = 0;  // the share of the body's other tokens before the target record
+  // The document needed more filler sentences than the corpus holds, so its filler wrapped
+  // around and repeats (a model may then retrieve from the repetition, not the long context).
+  bool filler_repeats = false;
 };
 
 // The server's view of an item's text.

@@ -662,9 +662,10 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   const PhaseSummary summary = summarize(t.outcomes, a.modulus, a.stride, stats);
   const std::string label =
       fmt::format("{} text-kv {} M={}", identity.model, identity.padding, a.modulus);
-  int64_t mismatched = 0, invalid_utf8 = 0, missing = 0;
+  int64_t mismatched = 0, invalid_utf8 = 0, missing = 0, repeated = 0;
   for (const auto& [key, r] : run.latest) {
     mismatched += r.extra.value("position_ok", true) ? 0 : 1;
+    repeated += r.extra.value("filler_repeats", false) ? 1 : 0;
     invalid_utf8 += r.extra.value("output_invalid_utf8", false) ? 1 : 0;
     missing += r.extra.value("answer_missing", false) ? 1 : 0;
   }
@@ -685,7 +686,8 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
                       {"censored", t.censored},
                       {"position_mismatches", mismatched},
                       {"output_invalid_utf8", invalid_utf8},
-                      {"answers_missing", missing}};
+                      {"answers_missing", missing},
+                      {"filler_repeats", repeated}};
   if (chat && mo.generate) audit["generation_budget"] = plan.new_tokens;
   audit["period"] = period_report(t.outcomes, summary, stats);
   write_samples(a, http, run, cells.front().condition,
@@ -708,6 +710,12 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
         "re-tokenized by the server (position_ok false in results.jsonl); the ids sent are "
         "exact, but the same text would put the key elsewhere\n",
         mismatched);
+  if (repeated > 0)
+    std::cout << fmt::format(
+        "warning: {} records have documents longer than the --filler corpus ({} sentences): "
+        "their filler wrapped around and repeats (filler_repeats in results.jsonl); use a larger "
+        "corpus for such lengths\n",
+        repeated, audit.value("filler", json::object()).value("sentences", 0));
   if (missing > 0)
     std::cout << fmt::format(
         "warning: {} answers never came: the reasoning used the whole budget of {} tokens "

@@ -149,6 +149,7 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
                     {"measured_key_pos", checks[i].measured_key_pos},
                     {"position_ok", checks[i].position_ok()}});
     if (!r.condition.empty()) r.extra["depth_measured"] = it.depth;
+    if (it.filler_repeats) r.extra["filler_repeats"] = true;
     if (o_.chat) {  // the rendered prompt (checked equal to these ids before it was sent)
       r.extra["prompt_tokens"] = it.tokens.size();
       r.extra["prompt_ids_fnv1a64"] = prompt_ids_hash(it.tokens);
