@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "backend/http_chat.h"
 #include "backend/http_client.h"
@@ -348,10 +349,19 @@ TEST(ChatAudit, BlindChatAuditOfTheServedChunkedModelFindsPeriod4) {
   EXPECT_LT(a["period"]["p_value"].get<double>(), 0.01);
   EXPECT_EQ(a["records"]["errors"].get<int>(), 0);
   std::map<std::pair<int64_t, int>, int32_t> chat, plain;
-  for (const auto& r : read_results((dir / "chat" / "results.jsonl").string()).records)
+  std::set<std::string> hashes;
+  for (const auto& r : read_results((dir / "chat" / "results.jsonl").string()).records) {
     chat[{r.example_id, r.phase}] = r.prediction;
-  for (const auto& r : read_results((dir / "completions" / "results.jsonl").string()).records)
+    // Every chat record names the prompt the server rendered (checked equal to the plan's ids).
+    ASSERT_EQ(r.extra.value("prompt_ids_fnv1a64", std::string()).size(), 16u) << r.extra.dump();
+    EXPECT_GT(r.extra.value("prompt_tokens", 0), 0);
+    hashes.insert(r.extra["prompt_ids_fnv1a64"].get<std::string>());
+  }
+  EXPECT_EQ(hashes.size(), 480u) << "every (example, phase) prompt differs";
+  for (const auto& r : read_results((dir / "completions" / "results.jsonl").string()).records) {
     plain[{r.example_id, r.phase}] = r.prediction;
+    EXPECT_FALSE(r.extra.contains("prompt_ids_fnv1a64"));
+  }
   ASSERT_EQ(chat.size(), 480u);
   EXPECT_EQ(chat, plain);
   // A chat audit resumed into the completions audit's directory would mix two measurements.

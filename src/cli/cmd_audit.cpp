@@ -420,6 +420,7 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
   // Every example has the same length: example 0 at phase 0 is the longest prompt.
   AuditPlan plan;
   const bool chat = a.api == "chat";
+  o.record_prompt_hash = chat;
   plan.items = static_cast<int64_t>(a.examples) * a.modulus;
   plan.pending = pending_items(a.out, a.examples, a.modulus);
   plan.longest_prompt = static_cast<int64_t>(

@@ -10,6 +10,7 @@
 #include "eval/mitigations.h"
 #include "task/prompt_edits.h"
 #include "util/error.h"
+#include "util/hash.h"
 
 namespace phasekv {
 namespace {
@@ -255,6 +256,10 @@ EvalRecord SweepMode::record(const std::string& condition, const TaskExample& ex
   if (extra_) {
     json e = extra_(condition);
     if (e.is_object()) r.extra = std::move(e);
+  }
+  if (o_.record_prompt_hash) {
+    r.extra["prompt_tokens"] = ex.tokens.size();
+    r.extra["prompt_ids_fnv1a64"] = prompt_ids_hash(ex.tokens);
   }
   if (!res.error.empty()) {
     r.error = res.error;

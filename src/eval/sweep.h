@@ -52,6 +52,9 @@ struct SweepOptions {
   // target key.
   int ensemble = 1;
   bool recent_copy = false;
+  // Each record also carries its prompt's length and FNV-1a hash of its ids (prompt_tokens,
+  // prompt_ids_fnv1a64): chat audits, whose server-rendered prompt was checked equal to them.
+  bool record_prompt_hash = false;
   // Free-form model description copied into summary.json's meta (model dir, config hash,
   // stride ...). Keys "stride" and "config_hash" are read when present.
   nlohmann::json model_meta = nlohmann::json::object();

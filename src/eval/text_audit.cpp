@@ -10,14 +10,6 @@
 
 namespace phasekv {
 
-std::string prompt_ids_hash(const std::vector<int32_t>& ids) {
-  std::string bytes;
-  for (int32_t id : ids)
-    for (int b = 0; b < 4; ++b)
-      bytes.push_back(static_cast<char>((static_cast<uint32_t>(id) >> (8 * b)) & 0xFF));
-  return fnv1a64_hex(bytes);
-}
-
 TextAuditMode::TextAuditMode(std::vector<TextAuditCell> cells, EvalRecord identity,
                              TextAuditOptions options)
     : cells_(std::move(cells)), identity_(std::move(identity)), o_(options) {

@@ -24,8 +24,6 @@ struct TextAuditOptions {
   int max_tokens = 0;     // generation budget per request (0: the longest answer's tokens)
 };
 
-// FNV-1a 64 of a prompt's token ids (little-endian int32), hex: the same ids hash the same.
-std::string prompt_ids_hash(const std::vector<int32_t>& ids);
 
 // One cell of a long-document grid (`--context-tokens LIST --depths LIST`): its condition name
 // (records carry it; "" for an audit of one cell) and the task that builds its prompts.

@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -86,10 +87,9 @@ std::vector<GemmPath> gemm_candidates(const GemmShape& s) {
 }
 
 std::string gemm_class_key(const GemmShape& s, int threads) {
-  return "b" + std::to_string(log2_ceil(s.batch)) + "_m" + std::to_string(log2_ceil(s.M)) + "_n" +
-         std::to_string(log2_ceil(s.N)) + "_k" + std::to_string(log2_ceil(s.K)) + "_" +
-         (s.trans_a ? "T" : "N") + (s.trans_b ? "T" : "N") + (s.packed ? "_packed" : "") +
-         "_t" + std::to_string(threads);
+  return fmt::format("b{}_m{}_n{}_k{}_{}{}{}_t{}", log2_ceil(s.batch), log2_ceil(s.M),
+                     log2_ceil(s.N), log2_ceil(s.K), s.trans_a ? 'T' : 'N', s.trans_b ? 'T' : 'N',
+                     s.packed ? "_packed" : "", threads);
 }
 
 std::vector<GemmTiming> time_gemm_paths(const GemmShape& s) {
@@ -196,8 +196,7 @@ GemmPath GemmChooser::measure_locked(const GemmShape& s, const std::string& key,
     entry.seconds[gemm_path_name(t.path)] = t.seconds;
     if (t.seconds < best) best = t.seconds, entry.chosen = t.path;
   }
-  entry.shape = std::to_string(s.batch) + "x" + std::to_string(s.M) + "x" + std::to_string(s.N) +
-                "x" + std::to_string(s.K);
+  entry.shape = fmt::format("{}x{}x{}x{}", s.batch, s.M, s.N, s.K);
   ++measurements_;
   entries_.insert_or_assign(key, entry);
   if (file_lock) {
