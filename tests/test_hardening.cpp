@@ -378,6 +378,27 @@ TEST(HardeningTrain, ASecondTrainingIntoARunningOneIsRefused) {
   fs::remove_all(dir);
 }
 
+// --resume of a finished run trains nothing and reports the run's last logged figures, the same
+// summary line the run itself printed (it printed "loss 0, eval acc 0, 0 tokens/s").
+TEST(HardeningTrain, ResumingAFinishedRunReportsItsFiguresNotZeros) {
+  const fs::path dir = test::temp_dir("hard_resume_done");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  const fs::path out = dir / "out";
+  auto summary = [](const std::string& log) {
+    const size_t at = log.find("trained ");
+    return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
+  };
+  const CmdResult first = phasekv(train_args(toml, out), dir);
+  ASSERT_EQ(first.status, 0) << first.err;
+  const CmdResult again = phasekv(train_args(toml, out) + " --resume", dir);
+  ASSERT_EQ(again.status, 0) << again.err;
+  ASSERT_FALSE(summary(first.err).empty()) << first.err;
+  EXPECT_EQ(summary(again.err), summary(first.err));
+  EXPECT_EQ(summary(again.err).find("loss 0,"), std::string::npos) << again.err;
+  EXPECT_EQ(log_lines(out), 6) << "nothing was trained or logged again";
+  fs::remove_all(dir);
+}
+
 TEST(HardeningTrain, ACheckpointIsNotOverwrittenWithoutForce) {
   const fs::path dir = test::temp_dir("hard_ckpt");
   const fs::path toml = write_toml(dir, kTrainToml, "t.toml");

@@ -394,6 +394,18 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
 
   const uint64_t eval_seed = t.seed + 1000003;  // disjoint from the training stream
   TrainResult result;
+  if (step >= t.steps) {  // a resume of a finished run: its last logged figures, not zeros
+    std::istringstream lines(read_file(log_path));
+    nlohmann::json last;
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty()) last = nlohmann::json::parse(line, nullptr, false);
+    if (last.is_object()) {
+      result.final_loss = last.value("loss", 0.0);
+      result.eval_acc = last.value("eval_acc", 0.0);
+      result.eval_loss = last.value("eval_loss", 0.0);
+      result.tokens_per_s = last.value("tokens_per_s", 0.0);
+    }
+  }
   double loss_sum = 0, acc_sum = 0, tokens_done = 0;
   int window = 0;
   auto t_start = std::chrono::steady_clock::now(), t_window = t_start;
