@@ -311,7 +311,7 @@ TEST(MitigationsReport, PageSectionAndParetoChart) {
   test::write_text(md, std::string("# Hand-written\n\nkept above\n\n") + kSectionBegin + "\nold\n" +
                            kSectionEnd + "\nkept below\n");
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(), svg.string(),
-                             "phasekv mitigations report ...", "test CPU"};
+                             "phasekv mitigations report ...", "test CPU", {}};
   const Comparison c = write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
   EXPECT_EQ(page.rfind("# Hand-written\n\nkept above\n\n", 0), 0u) << page;
@@ -354,7 +354,7 @@ TEST(MitigationsReport, NoCandidateMeetingNamesTheClosest) {
   fs::remove_all(t.inference / "W8S8/prefix/ensemble4");
   const fs::path md = t.root / "page.md";  // a new file: the section alone
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
-                             (t.root / "p.svg").string(), "cmd", ""};
+                             (t.root / "p.svg").string(), "cmd", "", {}};
   write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
   EXPECT_EQ(page.rfind(kSectionBegin, 0), 0u);
@@ -366,6 +366,23 @@ TEST(MitigationsReport, NoCandidateMeetingNamesTheClosest) {
       << page;
   EXPECT_NE(page.find("- Missing, not judged: W8S8 + ensemble4 (no prefix sweep)."),
             std::string::npos);
+}
+
+// When no setting meets the target on any seed, the seeds verdict names no "closest" (one that
+// meets it on 0 seeds would mislead) and says so.
+TEST(MitigationsReport, NoSettingOnAnySeedNamesNoClosest) {
+  TinySuite t;
+  fs::remove_all(t.inference / "W8S8/prefix/ensemble4");  // the only setting that met it (seed 0)
+  const fs::path md = t.root / "page.md";
+  MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
+                             (t.root / "p.svg").string(), "cmd", "", {}};
+  write_mitigations_report(o, engine_cost);
+  const std::string page = test::slurp(md);
+  EXPECT_NE(page.find("**On the suite's seeds, no candidate is shown to meet the target.**"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("None of them meets it on any seed."), std::string::npos) << page;
+  EXPECT_EQ(page.find("Closest across seeds"), std::string::npos) << page;
 }
 
 TEST(MitigationsReport, BadInputNamesTheFileAndKey) {
@@ -402,7 +419,7 @@ TEST(MitigationsReport, BadInputNamesTheFileAndKey) {
   const fs::path md = t.root / "hand.md";
   test::write_text(md, "# only hand-written text\n");
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
-                             (t.root / "p.svg").string(), "cmd", ""};
+                             (t.root / "p.svg").string(), "cmd", "", {}};
   try {
     write_mitigations_report(o, engine_cost);
     FAIL() << "no error";
