@@ -1,9 +1,5 @@
 #include "kernels/gemm_choice.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -36,25 +32,6 @@ std::optional<GemmPath> parse_path(const std::string& name) {
     if (name == gemm_path_name(p)) return p;
   return std::nullopt;
 }
-
-// An exclusive flock on FILE.lock for the read-measure-write of one class: the first process to
-// measure a class decides it for all.
-class FileLock {
- public:
-  explicit FileLock(const std::string& file) {
-    std::filesystem::create_directories(std::filesystem::path(file).parent_path());
-    fd_ = ::open((file + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ >= 0) ::flock(fd_, LOCK_EX);
-  }
-  ~FileLock() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 // Deterministic operands in [-1, 1): the timings must not depend on denormals or zeros.
 std::vector<float> operand(int64_t n, uint64_t seed) {
@@ -175,10 +152,12 @@ void GemmChooser::load_file_locked() {
 }
 
 GemmPath GemmChooser::measure_locked(const GemmShape& s, const std::string& key, bool replace) {
-  std::optional<FileLock> file_lock;
+  // The read-measure-write of one class under the cache directory's lock: the first process to
+  // measure a class decides it for all.
+  std::optional<DirLock> file_lock;
   if (!cache_file_.empty()) {
     try {
-      file_lock.emplace(cache_file_);
+      file_lock.emplace(std::filesystem::path(cache_file_).parent_path().string(), /*wait=*/true);
     } catch (const std::exception& e) {  // an unwritable cache directory: choose in memory
       std::cerr << "phasekv: cannot use the GEMM choice cache " << cache_file_ << " (" << e.what()
                 << ")\n";

@@ -83,12 +83,12 @@ void AppendFile::append(const std::string& text) {
               ")");
 }
 
-DirLock::DirLock(const std::string& dir) {
+DirLock::DirLock(const std::string& dir, bool wait) {
   std::filesystem::create_directories(dir);
   const std::string path = (std::filesystem::path(dir) / ".lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error("cannot open the lock file " + path);
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(fd_, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
     ::close(fd_);
     throw Error(dir + " is in use by another run (it holds " + path +
                 "); wait for it to finish or give another --out");

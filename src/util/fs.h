@@ -31,9 +31,11 @@ nlohmann::json read_json_file(const std::string& path);
 // An exclusive flock on DIR/.lock (DIR is created), held while the object lives: two runs writing
 // into one directory would interleave their records. The kernel drops it when the process dies, so
 // a killed run leaves no stale lock. Throws phasekv::Error naming DIR when another process holds it.
+// With wait, blocks until the other holder releases it instead (a short shared critical section,
+// such as the GEMM choice cache's read-measure-write).
 class DirLock {
  public:
-  explicit DirLock(const std::string& dir);
+  explicit DirLock(const std::string& dir, bool wait = false);
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
