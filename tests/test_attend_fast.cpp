@@ -34,7 +34,11 @@ std::vector<Case> attention_cases() {
   for (const auto& v : all_variants()) {
     for (size_t l = 0; l < v.cfg.layers.size(); ++l) {
       if (l > 0 && describe(v.cfg.layers[l]) == describe(v.cfg.layers[0])) continue;
-      cases.push_back({v.name + "/layer" + std::to_string(l), v.cfg.layers[l], v.cfg.n_kv_heads});
+      // The cores see one grid: a layer with per-KV-head grids is one case per grid group.
+      for (const GridGroup& g : grid_groups(v.cfg, v.cfg.layers[l]))
+        cases.push_back({v.name + "/layer" + std::to_string(l) + "/heads" +
+                             std::to_string(g.head0),
+                         g.attn, g.heads});
     }
   }
   AttentionConfig c;

@@ -86,6 +86,62 @@ TEST(Config, ErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_NE(msg.find("'d_model' has the wrong type"), std::string::npos) << msg;
 }
 
+// Per-KV-head grids: one offset per KV head, each in [0, S), chunked layers only, not with a
+// layer grid_offset; runs of equal offsets form one grid group, and equal offsets everywhere are
+// the layer's grid_offset.
+TEST(Config, KvHeadOffsetsFormGridGroups) {
+  auto j = base_json();
+  j["n_kv_heads"] = 4;
+  j["layers"][1]["kv_head_offsets"] = {0, 0, 3, 1};
+  auto c = model_config_from_json(j, "cfg.json");
+  auto groups = grid_groups(c, c.layers[1]);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].head0, 0);
+  EXPECT_EQ(groups[0].heads, 2);
+  EXPECT_EQ(groups[1].head0, 2);
+  EXPECT_EQ(groups[1].heads, 1);
+  EXPECT_EQ(groups[1].attn.grid_offset, 3);
+  EXPECT_EQ(groups[2].attn.grid_offset, 1);
+  EXPECT_TRUE(groups[2].attn.kv_head_offsets.empty());
+  EXPECT_NE(describe(c.layers[1]).find("head-offsets=0,0,3,1"), std::string::npos);
+  auto again = model_config_from_json(model_config_to_json(c), "again");
+  EXPECT_EQ(again.layers[1].kv_head_offsets, c.layers[1].kv_head_offsets);
+  // Without offsets: one group of every head, the layer's own config.
+  auto one = grid_groups(c, c.layers[0]);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].heads, 4);
+
+  j["layers"][1]["kv_head_offsets"] = {0, 2};
+  auto msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("layers[1]: 'kv_head_offsets' needs one offset per KV head (n_kv_heads = 4), "
+                     "got 2"),
+            std::string::npos)
+      << msg;
+  j["layers"][1]["kv_head_offsets"] = {0, 1, 2, 4};
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("kv_head_offsets[3] must be in [0, stride) = [0, 4), got 4"),
+            std::string::npos)
+      << msg;
+  j["layers"][1]["kv_head_offsets"] = {0, 1, 2, 3};
+  j["layers"][1]["grid_offset"] = 1;
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("set 'grid_offset' or 'kv_head_offsets', not both"), std::string::npos)
+      << msg;
+  j["layers"][1].erase("grid_offset");
+  j["layers"][0]["kv_head_offsets"] = {0, 1, 2, 3};
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("layers[0]: 'kv_head_offsets' applies to chunked layers only"),
+            std::string::npos)
+      << msg;
+  j["layers"][0].erase("kv_head_offsets");
+  j["layers"][1]["kv_head_offsets"] = "0,1";
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("'kv_head_offsets' must be a list of integers"), std::string::npos) << msg;
+  j["layers"][1]["kv_head_offsets"] = {0, 1.5, 2, 3};
+  msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
+  EXPECT_NE(msg.find("kv_head_offsets[1]"), std::string::npos) << msg;
+}
+
 struct TempDir {
   std::string path;
   TempDir() {

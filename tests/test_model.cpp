@@ -184,7 +184,7 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
     auto x = torch::randn({1, 20, cfg.d_model});
     auto k_lin = attn->wk(x), v_lin = attn->wv(x);
     auto tokens = attn->comp->project(x, k_lin, v_lin, 0);
-    auto [K, V] = attn->comp->pool(tokens, 0, 0, 5);
+    auto [K, V] = attn->comp->pool(tokens, 0, 0, 5, 0);
     for (int64_t j : {0, 1, 4}) {
       int64_t lo = std::max<int64_t>(0, j * 4 + 4 - W), hi = j * 4 + 4;
       auto expect = k_lin[0].narrow(0, lo, hi - lo).mean(0).view({2, 8});
@@ -200,7 +200,7 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
         auto x2 = x.clone();
         x2[0][p] += 1.0;
         auto t2 = attn->comp->project(x2, attn->wk(x2), attn->wv(x2), 0);
-        auto K2 = attn->comp->pool(t2, 0, 0, 5).first;
+        auto K2 = attn->comp->pool(t2, 0, 0, 5, 0).first;
         bool changed = max_abs_diff(K2[0].select(1, j), K[0].select(1, j)) > 1e-6;
         EXPECT_EQ(changed, p >= lo && p < hi) << "W=" << W << " j=" << j << " p=" << p;
       }
@@ -211,50 +211,101 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
 // The study's kernel: slot i's token enters entry j as C_i x (payload = per_slot). With mean
 // pooling, no entry norm and no RoPE, entry j is exactly the mean over its slots of C_i x_i, for
 // W = S, for two lanes (W = 2S) and for a width that is not a multiple of the stride (W = 6, whose
-// second lane holds 2 slots), in the full forward and from a later tok0 (streaming).
+// second lane holds 2 slots), in the full forward and from a later tok0 (streaming); on a grid
+// moved o earlier (grid_offset) and with each of the two KV heads on its own grid
+// (kv_head_offsets), where the same token sits in a different slot of each head's entry.
 TEST(Model, PerSlotPayloadsUseEachSlotsOwnMap) {
+  const std::vector<std::pair<int, int>> head_offsets = {{0, 0}, {1, 1}, {3, 3}, {0, 2}, {3, 1}};
   for (int64_t W : {4, 6, 8})
-    for (int o : {0, 1, 3}) {  // o: grid_offset, the grid moved o tokens earlier
+    for (auto [o0, o1] : head_offsets) {
       AttentionConfig a;
       a.kind = AttentionKind::kChunked;
       a.stride = 4;
       a.width = static_cast<int>(W);
-      a.grid_offset = o;
+      if (o0 == o1)
+        a.grid_offset = o0;
+      else
+        a.kv_head_offsets = {o0, o1};
       a.gate = GateKind::kMean;
       a.payload = PayloadKind::kPerSlot;
       a.entry_norm = false;
       a.entry_rope = EntryRope::kNone;
       auto cfg = tiny_config(a);
       cfg.qkv_bias = true;
+      ASSERT_EQ(cfg.n_kv_heads, 2);
       auto m = make_model(cfg, 5);
       auto& comp = m->blocks[0]->attn->comp;
       torch::NoGradGuard g;
       auto x = torch::randn({1, 20, cfg.d_model});
       auto unused = torch::Tensor();
-      auto [K, V] = comp->pool(comp->project(x, unused, unused, 0), 0, 0, 5);
-      for (int64_t j = 0; j < 5; ++j) {
-        auto k_sum = torch::zeros({16}), v_sum = torch::zeros({16});
-        int64_t n = 0;
-        for (int64_t i = 0; i < W; ++i) {
-          const int64_t p = j * 4 + 4 - W - o + i;
-          if (p < 0) continue;
-          k_sum += torch::mv(comp->payload_k[i], x[0][p]) + comp->bias_payload_k[i];
-          v_sum += torch::mv(comp->payload_v[i], x[0][p]) + comp->bias_payload_v[i];
-          ++n;
+      auto all = comp->project(x, unused, unused, 0);
+      for (int64_t h = 0; h < 2; ++h) {
+        const int64_t o = h == 0 ? o0 : o1;
+        auto [K, V] = comp->pool(all.heads(h, 1), 0, 0, 5, o);
+        for (int64_t j = 0; j < 5; ++j) {
+          auto k_sum = torch::zeros({8}), v_sum = torch::zeros({8});
+          int64_t n = 0;
+          for (int64_t i = 0; i < W; ++i) {
+            const int64_t p = j * 4 + 4 - W - o + i;
+            if (p < 0) continue;
+            k_sum += (torch::mv(comp->payload_k[i], x[0][p]) + comp->bias_payload_k[i])
+                         .narrow(0, 8 * h, 8);
+            v_sum += (torch::mv(comp->payload_v[i], x[0][p]) + comp->bias_payload_v[i])
+                         .narrow(0, 8 * h, 8);
+            ++n;
+          }
+          EXPECT_LT(max_abs_diff(K[0][0][j], k_sum / n), 1e-5) << W << " " << o << " " << j;
+          EXPECT_LT(max_abs_diff(V[0][0][j], v_sum / n), 1e-5) << W << " " << o << " " << j;
         }
-        EXPECT_LT(max_abs_diff(K[0].select(1, j), (k_sum / n).view({2, 8})), 1e-5)
-            << W << " " << o << " " << j;
-        EXPECT_LT(max_abs_diff(V[0].select(1, j), (v_sum / n).view({2, 8})), 1e-5)
-            << W << " " << o << " " << j;
+        // The tokens from entry 3's first slot on, projected on their own (as streaming does,
+        // with their absolute tok0), pool entries 3 and 4 the same way.
+        const int64_t t0 = 3 * 4 + 4 - W - o;
+        auto late = comp->pool(comp->project(x.narrow(1, t0, 20 - t0), unused, unused, t0).heads(h, 1),
+                               t0, 3, 5, o);
+        EXPECT_LT(max_abs_diff(late.first, K.narrow(2, 3, 2)), 1e-6) << W << " " << o;
+        EXPECT_LT(max_abs_diff(late.second, V.narrow(2, 3, 2)), 1e-6) << W << " " << o;
       }
-      // The tokens from entry 3's first slot on, projected on their own (as streaming does, with
-      // their absolute tok0), pool entries 3 and 4 the same way.
-      const int64_t t0 = 3 * 4 + 4 - W - o;
-      auto late =
-          comp->pool(comp->project(x.narrow(1, t0, 20 - t0), unused, unused, t0), t0, 3, 5);
-      EXPECT_LT(max_abs_diff(late.first, K.narrow(2, 3, 2)), 1e-6) << W << " " << o;
-      EXPECT_LT(max_abs_diff(late.second, V.narrow(2, 3, 2)), 1e-6) << W << " " << o;
     }
+}
+
+// Per-KV-head grids are the layer's KV heads attended on their own grids: with the same weights,
+// the query heads of KV head 0 (offset 0) output what a layer at grid_offset 0 outputs, and those
+// of KV head 1 (offset 2) what a layer at grid_offset 2 outputs, at every length (the heads hold
+// different numbers of entries at T = 2, 3 mod 4), with a sink and two lanes.
+TEST(Model, KvHeadOffsetsAttendEachHeadOnItsOwnGrid) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 8;
+  a.payload = PayloadKind::kPerSlot;
+  a.n_win = 2;
+  a.sink = true;
+  auto make = [&](std::vector<int> offsets, int grid_offset) {
+    auto l = a;
+    l.kv_head_offsets = std::move(offsets);
+    l.grid_offset = grid_offset;
+    return make_model(tiny_config(l), 6);
+  };
+  auto staggered = make({0, 2}, 0), grid0 = make({}, 0), grid2 = make({}, 2);
+  torch::NoGradGuard g;
+  for (auto* m : {&grid0, &grid2}) {
+    auto src = staggered->named_parameters();
+    for (auto& p : (*m)->named_parameters()) p.value().copy_(src[p.key()]);
+  }
+  auto x = torch::randn({2, 24, 32});
+  for (int64_t T : {5, 6, 7, 8, 13, 14, 23}) {
+    auto heads = [&](Decoder& m) {
+      AttentionProbe probe;
+      probe.capture_final = true;
+      m->blocks[0]->attn->forward(x.narrow(1, 0, T), &probe);
+      return probe.heads;  // [B, H, hd]; query heads 0-1 read KV head 0, 2-3 KV head 1
+    };
+    auto s = heads(staggered), h0 = heads(grid0), h2 = heads(grid2);
+    EXPECT_LT(max_abs_diff(s.narrow(1, 0, 2), h0.narrow(1, 0, 2)), 1e-6) << "T=" << T;
+    EXPECT_LT(max_abs_diff(s.narrow(1, 2, 2), h2.narrow(1, 2, 2)), 1e-6) << "T=" << T;
+    // The two grids really differ: head 1's outputs are not the offset-0 layer's.
+    EXPECT_GT(max_abs_diff(s.narrow(1, 2, 2), h0.narrow(1, 2, 2)), 1e-4) << "T=" << T;
+  }
 }
 
 // The study's tied K/V: an entry's value is its normalised, rotated key, and there is no value
@@ -275,7 +326,7 @@ TEST(Model, TiedKvEntriesUseTheKeyAsValue) {
   torch::NoGradGuard g;
   auto x = torch::randn({2, 16, 32});
   auto unused = torch::Tensor();
-  auto [K, V] = comp->pool(comp->project(x, unused, unused, 0), 0, 0, 4);
+  auto [K, V] = comp->pool(comp->project(x, unused, unused, 0), 0, 0, 4, 0);
   EXPECT_EQ(max_abs_diff(K, V), 0.0);
   // Entry keys are normed: RMS 1 per head before RoPE, which RoPE preserves.
   EXPECT_NEAR(K.pow(2).mean(-1).mean().item<double>(), 1.0, 1e-3);

@@ -334,6 +334,24 @@ inline std::vector<Variant> all_variants() {
     add("chunked_W8_offset3_tail", b);
   }
   {
+    // Per-KV-head grids (issue 19's staggered heads and multi-grid): two heads at offsets 0 and
+    // 2 with per-slot maps and a sink; four heads in three grid groups (offsets 0, 0, 1, 3) over
+    // two lanes with vector gates and an uncompressed tail.
+    auto a = c;
+    a.payload = PayloadKind::kPerSlot;
+    a.kv_head_offsets = {0, 2};
+    a.n_win = 2;
+    a.sink = true;
+    add("chunked_kv_head_offsets_0_2_per_slot_sink", a);
+    auto b = c;
+    b.width = 8;
+    b.gate = GateKind::kVector;
+    b.kv_head_offsets = {0, 0, 1, 3};
+    b.uncompressed_tail = true;
+    b.n_win = 0;
+    add("chunked_W8_kv_head_offsets_4kv_tail_vector", b, 4);
+  }
+  {
     auto a = c;
     auto cfg = tiny_config(a);
     cfg.layers[0] = AttentionConfig{};  // hybrid: full then chunked

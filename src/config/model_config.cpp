@@ -20,7 +20,7 @@ const std::set<std::string> kModelKeys = {
 const std::set<std::string> kAttentionKeys = {
     "kind",       "stride",     "width", "gate", "gate_bias",        "tied_kv_gates",
     "entry_norm", "entry_rope", "n_win", "sink", "uncompressed_tail", "payload", "tied_kv",
-    "payload_norm", "grid_offset"};
+    "payload_norm", "grid_offset", "kv_head_offsets"};
 
 using json_read::check_keys;
 using json_read::read;
@@ -55,6 +55,18 @@ AttentionConfig attention_from_json(const json& j, AttentionConfig a, const std:
   read(j, "tied_kv", a.tied_kv, where);
   read(j, "payload_norm", a.payload_norm, where);
   read(j, "grid_offset", a.grid_offset, where);
+  if (j.contains("kv_head_offsets")) {
+    const json& v = j.at("kv_head_offsets");
+    if (!v.is_array())
+      throw Error(where + ": key 'kv_head_offsets' must be a list of integers, one per KV head (got " +
+                  v.dump() + ")");
+    a.kv_head_offsets.clear();
+    for (size_t i = 0; i < v.size(); ++i) {
+      int o = 0;
+      read(json{{"value", v[i]}}, "value", o, where + ": kv_head_offsets[" + std::to_string(i) + "]");
+      a.kv_head_offsets.push_back(o);
+    }
+  }
   return a;
 }
 
@@ -76,6 +88,7 @@ json attention_to_json(const AttentionConfig& a) {
   if (a.tied_kv) j["tied_kv"] = true;
   if (a.payload_norm) j["payload_norm"] = true;
   if (a.grid_offset != 0) j["grid_offset"] = a.grid_offset;
+  if (!a.kv_head_offsets.empty()) j["kv_head_offsets"] = a.kv_head_offsets;
   return j;
 }
 
@@ -119,6 +132,11 @@ std::string describe(const AttentionConfig& a) {
   if (a.sink) s += " sink";
   if (a.uncompressed_tail) s += " tail";
   if (a.grid_offset != 0) s += " offset=" + std::to_string(a.grid_offset);
+  if (!a.kv_head_offsets.empty()) {
+    s += " head-offsets=";
+    for (size_t h = 0; h < a.kv_head_offsets.size(); ++h)
+      s += (h ? "," : "") + std::to_string(a.kv_head_offsets[h]);
+  }
   return s;
 }
 
@@ -155,6 +173,9 @@ void validate(const ModelConfig& c, const std::string& where) {
     if (a.grid_offset != 0 && a.kind != AttentionKind::kChunked)
       throw Error(w + ": 'grid_offset' applies to chunked layers only (got " +
                   std::to_string(a.grid_offset) + " on a " + to_string(a.kind) + " layer)");
+    if (!a.kv_head_offsets.empty() && a.kind != AttentionKind::kChunked)
+      throw Error(w + ": 'kv_head_offsets' applies to chunked layers only (this is a " +
+                  to_string(a.kind) + " layer)");
     if (a.kind == AttentionKind::kWindow && a.n_win < 1)
       throw Error(w + ": a window layer needs n_win >= 1");
     if (a.kind != AttentionKind::kChunked) continue;
@@ -165,6 +186,19 @@ void validate(const ModelConfig& c, const std::string& where) {
     if (a.grid_offset < 0 || a.grid_offset >= a.stride)
       throw Error(w + ": 'grid_offset' must be in [0, stride) = [0, " +
                   std::to_string(a.stride) + "), got " + std::to_string(a.grid_offset));
+    if (!a.kv_head_offsets.empty()) {
+      if (static_cast<int>(a.kv_head_offsets.size()) != c.n_kv_heads)
+        throw Error(fmt::format("{}: 'kv_head_offsets' needs one offset per KV head (n_kv_heads = "
+                                "{}), got {}",
+                                w, c.n_kv_heads, a.kv_head_offsets.size()));
+      if (a.grid_offset != 0)
+        throw Error(w + ": set 'grid_offset' or 'kv_head_offsets', not both (grid_offset " +
+                    std::to_string(a.grid_offset) + " with per-head offsets)");
+      for (size_t h = 0; h < a.kv_head_offsets.size(); ++h)
+        if (a.kv_head_offsets[h] < 0 || a.kv_head_offsets[h] >= a.stride)
+          throw Error(fmt::format("{}: kv_head_offsets[{}] must be in [0, stride) = [0, {}), got {}",
+                                  w, h, a.stride, a.kv_head_offsets[h]));
+    }
     if (a.tied_kv && a.tied_kv_gates)
       throw Error(w + ": 'tied_kv' has no value branch, so 'tied_kv_gates' cannot apply (set one)");
     if (a.tied_kv_gates && a.gate == GateKind::kMean)
@@ -176,6 +210,22 @@ void validate(const ModelConfig& c, const std::string& where) {
         "{}: vocab_size, d_model, n_layers, n_heads x head_dim and d_ff imply at least {:.3g} "
         "parameters (allowed: at most {:.0f})",
         where, n, kMaxParameters));
+}
+
+std::vector<GridGroup> grid_groups(const ModelConfig& m, const AttentionConfig& a) {
+  if (a.kv_head_offsets.empty()) return {GridGroup{0, m.n_kv_heads, a}};
+  std::vector<GridGroup> out;
+  for (int h = 0; h < static_cast<int>(a.kv_head_offsets.size()); ++h) {
+    const int o = a.kv_head_offsets[static_cast<size_t>(h)];
+    if (out.empty() || out.back().attn.grid_offset != o) {
+      GridGroup g{h, 0, a};
+      g.attn.kv_head_offsets.clear();
+      g.attn.grid_offset = o;
+      out.push_back(g);
+    }
+    ++out.back().heads;
+  }
+  return out;
 }
 
 double min_parameter_count(const ModelConfig& c) {

@@ -41,6 +41,11 @@ struct AttentionConfig {
   // [jS+S-W-o, jS+S-o), so the layer's entry boundaries fall at positions = S - o (mod S)
   // instead of 0. Layers with different offsets have staggered grids (docs/ARCHITECTURE.md).
   int grid_offset = 0;
+  // Per-KV-head grids (empty: every head at grid_offset): head h's grid moved kv_head_offsets[h]
+  // tokens earlier, one value per KV head, each in [0, S). Staggered heads (e.g. h*S/H_kv) leave
+  // no position at an entry boundary of every head. Consecutive heads with equal offsets form a
+  // grid group (grid_groups below).
+  std::vector<int> kv_head_offsets;
 
   int lanes() const { return (width + stride - 1) / stride; }
 };
@@ -67,6 +72,17 @@ struct ModelConfig {
   int rotary_dims() const { return rope_dims < 0 ? head_dim : rope_dims; }
   bool any_chunked() const;
 };
+
+// One grid group of a layer: the KV heads [head0, head0 + heads) and their query heads, attended
+// as a layer of their own with attn.grid_offset = the group's offset (grouped-query attention
+// keeps KV heads independent, so a layer with per-head grids is the concatenation of its groups).
+struct GridGroup {
+  int head0 = 0, heads = 0;
+  AttentionConfig attn;  // the layer's config with the group's grid_offset, kv_head_offsets empty
+};
+// The layer's groups: one (all heads, the layer's own config) without kv_head_offsets; else the
+// runs of consecutive heads with equal offsets, in head order.
+std::vector<GridGroup> grid_groups(const ModelConfig& m, const AttentionConfig& a);
 
 // Parses and validates; `where` names the source (a file path) in error messages. Unknown keys,
 // wrong types and out-of-range values throw phasekv::Error naming the key and what is allowed.

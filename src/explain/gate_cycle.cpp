@@ -35,6 +35,11 @@ int check_cyclable(const ModelConfig& cfg, const std::vector<int>& layers,
       throw Error(fmt::format("gate-cycle: layer {} has grid_offset {}; the cycle's phases are "
                               "counted on the unshifted grid (allowed: layers with grid_offset 0)",
                               l, a.grid_offset));
+    if (!a.kv_head_offsets.empty())
+      throw Error(fmt::format("gate-cycle: layer {} has per-KV-head grids (kv_head_offsets); the "
+                              "cycle's phases are counted on one unshifted grid (allowed: layers "
+                              "without kv_head_offsets)",
+                              l));
     if (a.gate == GateKind::kMean)
       throw Error(fmt::format("gate-cycle: layer {} has mean gates (uniform averaging): there "
                               "are no gate parameters to cycle (allowed: scalar, vector)",

@@ -115,8 +115,11 @@ std::vector<GateStat> measure_gates(Decoder& model, const GatesOptions& o) {
   for (const auto& [key, parts] : collected) {
     const auto [l, side] = key;
     const AttentionConfig& a = cfg.layers[l];
-    // The first entry whose window has no slot before position 0: jS + S - W - o >= 0.
-    const int64_t j_first = (a.width - a.stride + a.grid_offset + a.stride - 1) / a.stride;
+    // The first entry whose window has no slot before position 0 on every head's grid:
+    // jS + S - W - o >= 0 for the largest offset o.
+    int64_t o = a.grid_offset;
+    for (int h : a.kv_head_offsets) o = std::max<int64_t>(o, h);
+    const int64_t j_first = (a.width - a.stride + o + a.stride - 1) / a.stride;
     auto w = torch::cat(parts, 0);
     if (j_first >= w.size(1))
       throw Error(fmt::format("layer {}: the contexts ({} tokens) hold no complete window of {} "

@@ -208,6 +208,7 @@ torch::Tensor attend_blocks(const AttentionConfig& a, const Dims& d, const torch
 
 torch::Tensor attend_cached(const AttentionConfig& a, const torch::Tensor& q, int64_t t0,
                             const CachedKeys& keys, const torch::Tensor& sink, Scratch& scratch) {
+  TORCH_CHECK(a.kv_head_offsets.empty(), kOneGridOnly);
   const Dims d = dims_of(q, keys);
   if (d.Tq == 1 && sees_all_cached(a, t0, d, keys)) return attend_one(d, q, keys, sink, scratch);
   return attend_blocks(a, d, q, t0, keys, sink);

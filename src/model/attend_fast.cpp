@@ -7,6 +7,7 @@
 
 #include "model/attention.h"
 #include "model/fused.h"
+#include "model/visibility.h"
 
 namespace phasekv {
 namespace {
@@ -312,6 +313,7 @@ torch::Tensor attend_fast(const AttentionConfig& a, const torch::Tensor& q,
                           const torch::Tensor& q_pos, const torch::Tensor& ek,
                           const torch::Tensor& ev, const torch::Tensor& rk, const torch::Tensor& rv,
                           const torch::Tensor& r_pos, const torch::Tensor& sink) {
+  TORCH_CHECK(a.kv_head_offsets.empty(), kOneGridOnly);
   const bool has_e = ek.defined() && ek.size(2) > 0, has_r = rk.defined() && rk.size(2) > 0;
   if (!has_e && !has_r) return torch::zeros_like(q);
   const int64_t T = q.size(2);

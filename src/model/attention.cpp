@@ -15,6 +15,7 @@ torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
                                const torch::Tensor& ev, const torch::Tensor& rk,
                                const torch::Tensor& rv, const torch::Tensor& r_pos,
                                const torch::Tensor& sink) {
+  TORCH_CHECK(a.kv_head_offsets.empty(), kOneGridOnly);
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3);
   const bool has_e = ek.defined() && ek.size(2) > 0, has_r = rk.defined() && rk.size(2) > 0;
   if (!has_e && !has_r) return torch::zeros_like(q);
@@ -57,6 +58,7 @@ torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
 
 AttentionImpl::AttentionImpl(const ModelConfig& m, const AttentionConfig& attn)
     : cfg(attn),
+      groups(grid_groups(m, attn)),
       n_heads(m.n_heads),
       n_kv(m.n_kv_heads),
       head_dim(m.head_dim),
@@ -130,67 +132,109 @@ torch::Tensor AttentionImpl::probed_output(const torch::Tensor& heads, Attention
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* probe) {
-  const int64_t T = x.size(1);
+  const int64_t T = x.size(1), Gq = n_heads / n_kv;
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
   auto p = project(x, pos);
-  torch::Tensor ek, ev;
+  CompressorTokens tokens;
   if (comp) {
     ComponentScope scope(Component::kCompressor);
-    auto tokens = comp->project(x, p.k_lin, p.v_lin, 0);
-    const int64_t E = complete_entries(cfg, T);
-    std::tie(ek, ev) = comp->pool(tokens, 0, 0, E);
-    if (probe && probe->capture_gates) {
-      probe->gate_k = comp->pool_weights(tokens, 0, 0, E, false).detach();
-      if (!cfg.tied_kv)
-        probe->gate_v = tokens.gv.defined()
-                            ? comp->pool_weights(tokens, 0, 0, E, true).detach()
-                            : probe->gate_k;
-    }
+    tokens = comp->project(x, p.k_lin, p.v_lin, 0);
   }
-  torch::Tensor rk = uses_raw() ? p.k : torch::Tensor(), rv = uses_raw() ? p.v : torch::Tensor();
-  // The training forward: attend() takes the banded fast path unless the reference is selected.
-  auto heads = attend(cfg, p.q, pos, ek, ev, rk, rv, pos, sink);
+  if (probe && probe->capture_gates && comp) capture_gates(tokens, T, *probe);
+  std::vector<torch::Tensor> outs;
+  for (const GridGroup& g : groups) {
+    torch::Tensor ek, ev;
+    if (comp) {
+      ComponentScope scope(Component::kCompressor);
+      std::tie(ek, ev) = comp->pool(tokens.heads(g.head0, g.heads), 0, 0,
+                                    complete_entries(g.attn, T), g.attn.grid_offset);
+    }
+    torch::Tensor rk, rv;
+    if (uses_raw()) rk = p.k.narrow(1, g.head0, g.heads), rv = p.v.narrow(1, g.head0, g.heads);
+    auto q = p.q.narrow(1, g.head0 * Gq, g.heads * Gq);
+    auto sk = sink.defined() ? sink.narrow(0, g.head0 * Gq, g.heads * Gq) : sink;
+    // The training forward: attend() takes the banded fast path unless the reference is selected.
+    outs.push_back(attend(g.attn, q, pos, ek, ev, rk, rv, pos, sk));
+  }
+  auto heads = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
   return probe && probe->active() ? probed_output(heads, *probe) : output(heads);
 }
 
+// The pool weights of the entries complete in every group (all of them with one grid), the
+// heads of every group side by side.
+void AttentionImpl::capture_gates(const CompressorTokens& tokens, int64_t T,
+                                  AttentionProbe& probe) {
+  int64_t E = complete_entries(groups[0].attn, T);
+  for (const GridGroup& g : groups) E = std::min(E, complete_entries(g.attn, T));
+  auto weights = [&](bool value_side) {
+    std::vector<torch::Tensor> parts;
+    for (const GridGroup& g : groups)
+      parts.push_back(comp->pool_weights(tokens.heads(g.head0, g.heads), 0, 0, E,
+                                         g.attn.grid_offset, value_side)
+                          .detach());
+    return parts.size() == 1 ? parts[0] : torch::cat(parts, 3);
+  };
+  probe.gate_k = weights(false);
+  if (!cfg.tied_kv) probe.gate_v = tokens.gv.defined() ? weights(true) : probe.gate_k;
+}
+
+LayerCache& AttentionImpl::group_cache(LayerCache& c, size_t g) const {
+  if (groups.size() == 1) return c;
+  if (c.groups.size() != groups.size()) c.groups.resize(groups.size());
+  return c.groups[g];
+}
+
 torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& c) {
-  const int64_t Tn = x.size(1), t0 = c.n_tokens, t_end = t0 + Tn;
+  const int64_t Tn = x.size(1), t0 = c.n_tokens, t_end = t0 + Tn, Gq = n_heads / n_kv;
   auto opts = torch::TensorOptions().dtype(torch::kInt64).device(x.device());
   auto pos = torch::arange(t0, t_end, opts);
   auto p = project(x, pos);
-  if (comp) extend_entries(x, p, c, t_end);
-  if (uses_raw()) {
-    c.raw_k.append(p.k);
-    c.raw_v.append(p.v);
+  CompressorTokens tokens;
+  if (comp) tokens = comp->project(x, p.k_lin, p.v_lin, t0);
+  std::vector<torch::Tensor> outs;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const GridGroup& g = groups[gi];
+    const AttentionConfig& a = g.attn;
+    LayerCache& cg = group_cache(c, gi);
+    if (comp) extend_entries(g, tokens.heads(g.head0, g.heads), cg, t_end);
+    if (uses_raw()) {
+      cg.raw_k.append(p.k.narrow(1, g.head0, g.heads));
+      cg.raw_v.append(p.v.narrow(1, g.head0, g.heads));
+    }
+    cg.n_tokens = t_end;  // after extend_entries, which reads the position before these tokens
+    auto q = p.q.narrow(1, g.head0 * Gq, g.heads * Gq);
+    auto sk = sink.defined() ? sink.narrow(0, g.head0 * Gq, g.heads * Gq) : sink;
+    CachedKeys keys{cg.entry_keys(), cg.entry_values(), cg.raw_keys(), cg.raw_values(),
+                    cg.raw_start()};
+    if (attention_path() == AttentionPath::kFast) {
+      outs.push_back(attend_cached(a, q, t0, keys, sk, cg.scratch));
+    } else {  // the masked reference, for comparisons
+      auto r_pos = torch::arange(cg.raw_start(), t_end, opts);
+      outs.push_back(
+          attend_reference(a, q, pos, keys.ek, keys.ev, keys.rk, keys.rv, r_pos, sk));
+    }
+    if (uses_raw()) cg.drop_raw_before(raw_keep_from(a, t_end));
   }
-  c.n_tokens = t_end;  // after extend_entries, which reads the position before these tokens
-  CachedKeys keys{c.entry_keys(), c.entry_values(), c.raw_keys(), c.raw_values(), c.raw_start()};
-  torch::Tensor out;
-  if (attention_path() == AttentionPath::kFast) {
-    out = attend_cached(cfg, p.q, t0, keys, sink, c.scratch);
-  } else {  // the masked reference, for comparisons
-    auto r_pos = torch::arange(c.raw_start(), t_end, opts);
-    out = attend_reference(cfg, p.q, pos, keys.ek, keys.ev, keys.rk, keys.rv, r_pos, sink);
-  }
-  if (uses_raw()) c.drop_raw_before(raw_keep_from(cfg, t_end));
-  return output(out);
+  c.n_tokens = t_end;
+  return output(outs.size() == 1 ? outs[0] : torch::cat(outs, 1));
 }
 
 // Pools the entries completed by tokens up to t_end (only the new ones: finished entries are
 // never recomputed) and keeps the projected tokens the next entries still need.
-void AttentionImpl::extend_entries(const torch::Tensor& x, const Projected& p, LayerCache& c,
-                                   int64_t t_end) {
+void AttentionImpl::extend_entries(const GridGroup& g, const CompressorTokens& tokens,
+                                   LayerCache& c, int64_t t_end) {
+  const AttentionConfig& a = g.attn;
   if (c.pending.length() == 0) c.pending_start = c.n_tokens;
-  c.pending.append(comp->project(x, p.k_lin, p.v_lin, c.n_tokens));
-  const int64_t done = c.n_entries(), complete = complete_entries(cfg, t_end);
+  c.pending.append(tokens);
+  const int64_t done = c.n_entries(), complete = complete_entries(a, t_end);
   if (complete > done) {
-    auto [k, v] = comp->pool(c.pending.tokens(), c.pending_start, done, complete);
+    auto [k, v] = comp->pool(c.pending.tokens(), c.pending_start, done, complete, a.grid_offset);
     c.ent_k.append(k);
     c.ent_v.append(v);
   }
   // The next entry's window starts at complete*S + S - W - o; older projected tokens are done.
-  const int64_t keep = std::max<int64_t>(
-      0, complete * cfg.stride + cfg.stride - cfg.width - cfg.grid_offset);
+  const int64_t keep =
+      std::max<int64_t>(0, complete * a.stride + a.stride - a.width - a.grid_offset);
   if (keep > c.pending_start) {
     c.pending.drop_front(std::min(keep - c.pending_start, c.pending.length()));
     c.pending_start = keep;
@@ -200,16 +244,21 @@ void AttentionImpl::extend_entries(const torch::Tensor& x, const Projected& p, L
 void AttentionImpl::reserve(LayerCache& c, int64_t n_tokens) const {
   // Only the parts that grow with the context; the sliding raw window and the pending tokens
   // settle at a fixed capacity after their first few feeds.
-  if (cfg.kind == AttentionKind::kFull) {
-    c.raw_k.reserve(n_tokens);
-    c.raw_v.reserve(n_tokens);
+  const int64_t Gq = n_heads / n_kv;
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    const AttentionConfig& a = groups[gi].attn;
+    LayerCache& cg = group_cache(c, gi);
+    if (a.kind == AttentionKind::kFull) {
+      cg.raw_k.reserve(n_tokens);
+      cg.raw_v.reserve(n_tokens);
+    }
+    const int64_t entries = comp ? complete_entries(a, n_tokens) : 0;
+    cg.ent_k.reserve(entries);
+    cg.ent_v.reserve(entries);
+    // Decode scores: one row per query head, a column per visible key and the sink.
+    const int64_t raw = uses_raw() ? n_tokens - raw_keep_from(a, n_tokens) + 1 : 0;
+    cg.scratch.reserve(groups[gi].heads * Gq * (entries + raw + 1));
   }
-  const int64_t entries = comp ? complete_entries(cfg, n_tokens) : 0;
-  c.ent_k.reserve(entries);
-  c.ent_v.reserve(entries);
-  // Decode scores: one row per query head, a column per visible key and the sink.
-  const int64_t raw = uses_raw() ? n_tokens - raw_keep_from(cfg, n_tokens) + 1 : 0;
-  c.scratch.reserve(n_heads * (entries + raw + 1));
 }
 
 }  // namespace phasekv

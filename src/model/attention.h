@@ -35,7 +35,8 @@ struct AttentionProbe {
   bool capture_final = false;
   torch::Tensor heads;  // [B, H, hd]: o_{T-1,h}
   torch::Tensor out;    // [B, D]: the attention output at T-1
-  // Pool weights of every entry 0..floor(T/S)-1 (chunked layers only): [B, n, W, Hkv] (scalar,
+  // Pool weights of every entry 0..n-1 complete at T on every KV head's grid (n = floor(T/S)
+  // without offsets; chunked layers only): [B, n, W, Hkv] (scalar,
   // mean) or [B, n, W, Hkv, hd] (vector); invalid slots (before position 0) weigh 0. gate_v is
   // gate_k's tensor when the value side has no gate of its own (tied_kv_gates, mean) and
   // undefined with tied_kv (no value branch).
@@ -59,6 +60,9 @@ struct AttentionImpl : torch::nn::Module {
   void reserve(LayerCache& cache, int64_t n_tokens) const;
 
   AttentionConfig cfg;
+  // The layer's grid groups (config/model_config.h): one, unless kv_head_offsets puts KV heads on
+  // different grids; each group is attended on its own and the heads are concatenated.
+  std::vector<GridGroup> groups;
   int64_t n_heads, n_kv, head_dim;
   Rope rope;
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
@@ -75,7 +79,13 @@ struct AttentionImpl : torch::nn::Module {
   torch::Tensor output(const torch::Tensor& heads);  // [B, H, T, hd] -> [B, T, D]
   // output() with the probe's replacements and captures at T-1.
   torch::Tensor probed_output(const torch::Tensor& heads, AttentionProbe& probe);
-  void extend_entries(const torch::Tensor& x, const Projected& p, LayerCache& c, int64_t t_end);
+  void capture_gates(const CompressorTokens& tokens, int64_t T, AttentionProbe& probe);
+  // Pools the entries of group `g` that the tokens up to t_end complete, from `tokens` (the new
+  // tokens' projections, the group's heads only).
+  void extend_entries(const GridGroup& g, const CompressorTokens& tokens, LayerCache& c,
+                      int64_t t_end);
+  // Group g's cache: the layer's own with one group, else its sub-cache.
+  LayerCache& group_cache(LayerCache& c, size_t g) const;
   bool uses_raw() const;
 };
 TORCH_MODULE(Attention);

@@ -12,6 +12,13 @@ int64_t CompressorTokens::bytes() const {
   return total;
 }
 
+CompressorTokens CompressorTokens::heads(int64_t h0, int64_t n) const {
+  CompressorTokens out;
+  auto part = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(3, h0, n) : t; };
+  out.pk = part(pk), out.pv = part(pv), out.gk = part(gk), out.gv = part(gv);
+  return out;
+}
+
 CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& attn)
     : cfg(attn),
       n_kv(model.n_kv_heads),
@@ -37,6 +44,9 @@ CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& 
       lane_wv.push_back(register_module(lane + "_wv", make_linear(D, kv, model.qkv_bias)));
   }
   lane_of_slot = (W - 1 - torch::arange(W, torch::kInt64)).div(cfg.stride, "floor");
+  std::vector<int64_t> offsets(static_cast<size_t>(n_kv), cfg.grid_offset);
+  if (!cfg.kv_head_offsets.empty()) offsets.assign(cfg.kv_head_offsets.begin(), cfg.kv_head_offsets.end());
+  head_offset = torch::tensor(offsets, torch::kInt64);
   auto make_gate = [&](const std::string& suffix) {
     if (cfg.gate == GateKind::kScalar) {
       // One gate map per slot: the offset-specific scalar gate of the study's reference kernel.
@@ -69,10 +79,9 @@ CompressorImpl::CompressorImpl(const ModelConfig& model, const AttentionConfig& 
   }
 }
 
-int64_t CompressorImpl::entry_position(int64_t j) const {
+int64_t CompressorImpl::entry_position(int64_t j, int64_t o) const {
   // With a grid offset o every position moves o earlier (entry 0's may be negative: RoPE is
   // defined there, and only differences to the query's position matter).
-  const int64_t o = cfg.grid_offset;
   switch (cfg.entry_rope) {
     case EntryRope::kStart:
       return j * cfg.stride - o;
@@ -102,7 +111,8 @@ torch::Tensor CompressorImpl::gate_scores(const torch::Tensor& x, const torch::T
 }
 
 // Every slot's map applied to every token ([B, T, W, kv], one GEMM), then each token keeps the
-// slot it occupies in each lane's entry: slot W - S(l+1) + (p + o) mod S for lane l.
+// slot it occupies in each lane's entry: slot W - S(l+1) + (p + o) mod S for lane l, o the KV
+// head's grid offset (heads on different grids see the same token in different slots).
 torch::Tensor CompressorImpl::per_slot_payloads(const torch::Tensor& x, const torch::Tensor& maps,
                                                 const torch::Tensor& bias, int64_t tok0) {
   const int64_t B = x.size(0), T = x.size(1), W = cfg.width, S = cfg.stride, L = cfg.lanes();
@@ -110,16 +120,18 @@ torch::Tensor CompressorImpl::per_slot_payloads(const torch::Tensor& x, const to
   auto all = linear(x, maps.to(x.scalar_type()).reshape({W * kv, x.size(2)}), torch::Tensor())
                  .view({B, T, W, kv});
   if (bias.defined()) all = all + bias.to(all.scalar_type());
-  // (p + o) mod S: the token's place in its stride block, the grid moved o earlier.
-  auto p = torch::arange(tok0 + cfg.grid_offset, tok0 + cfg.grid_offset + T, torch::kInt64)
+  // (p + o) mod S per KV head, [T, 1, Hkv]: the token's place in its stride block, the grid
+  // moved o earlier.
+  auto p = (torch::arange(tok0, tok0 + T, torch::kInt64).unsqueeze(1) + head_offset.unsqueeze(0))
                .remainder(S)
                .unsqueeze(1);
   // A token's slot in lane l's entry; outside [0, W) when W is not a multiple of S and the token
   // is in no entry of that lane (W8/S6: lane 1 holds only the 2 tokens before each stride). Such
   // rows are never pooled, so the clamp only keeps the gather in bounds.
-  auto slot = (p + (W - S) - S * torch::arange(L, torch::kInt64).unsqueeze(0)).clamp(0, W - 1);
-  auto idx = slot.to(x.device()).view({1, T, L, 1}).expand({B, T, L, kv});
-  return all.gather(2, idx).view({B, T, L, n_kv, head_dim});
+  auto lane = torch::arange(L, torch::kInt64).view({1, L, 1});
+  auto slot = (p + (W - S) - S * lane).clamp(0, W - 1);  // [T, L, Hkv]
+  auto idx = slot.to(x.device()).view({1, T, L, n_kv, 1}).expand({B, T, L, n_kv, head_dim});
+  return all.view({B, T, W, n_kv, head_dim}).gather(2, idx);
 }
 
 CompressorTokens CompressorImpl::project(const torch::Tensor& x, const torch::Tensor& k_lin,
@@ -177,17 +189,18 @@ torch::Tensor CompressorImpl::weights(const torch::Tensor& scores, const torch::
   return torch::softmax(s, 2);
 }
 
-torch::Tensor CompressorImpl::slot_positions(int64_t j0, int64_t j1) const {
+torch::Tensor CompressorImpl::slot_positions(int64_t j0, int64_t j1, int64_t o) const {
   const int64_t S = cfg.stride, W = cfg.width;
-  return torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W - cfg.grid_offset) +
+  return torch::arange(j0, j1, torch::kInt64).unsqueeze(1) * S + (S - W - o) +
          torch::arange(W, torch::kInt64).unsqueeze(0);
 }
 
 torch::Tensor CompressorImpl::raw_pool_weights(const CompressorTokens& tokens, int64_t tok0,
-                                               int64_t j0, int64_t j1, bool value_side) {
+                                               int64_t j0, int64_t j1, int64_t o,
+                                               bool value_side) {
   const int64_t n = j1 - j0;
   auto dev = tokens.pk.device();
-  auto pos = slot_positions(j0, j1);
+  auto pos = slot_positions(j0, j1, o);
   auto valid = (pos >= 0).to(dev);
   auto rel = (pos - tok0).clamp_min(0);
   if (n > 0) {
@@ -205,22 +218,23 @@ torch::Tensor CompressorImpl::raw_pool_weights(const CompressorTokens& tokens, i
 }
 
 torch::Tensor CompressorImpl::pool_weights(const CompressorTokens& tokens, int64_t tok0,
-                                           int64_t j0, int64_t j1, bool value_side) {
-  auto a = raw_pool_weights(tokens, tok0, j0, j1, value_side);
+                                           int64_t j0, int64_t j1, int64_t o, bool value_side) {
+  auto a = raw_pool_weights(tokens, tok0, j0, j1, o, value_side);
   if (cfg.gate == GateKind::kVector) return a;
   // scalar: [B, n, W, Hkv, 1]; mean: [1, n, W, 1, 1]
-  return a.squeeze(-1).expand({tokens.pk.size(0), j1 - j0, cfg.width, n_kv});
+  return a.squeeze(-1).expand({tokens.pk.size(0), j1 - j0, cfg.width, tokens.pk.size(3)});
 }
 
 std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTokens& tokens,
-                                                             int64_t tok0, int64_t j0, int64_t j1) {
-  const int64_t W = cfg.width, n = j1 - j0, B = tokens.pk.size(0);
+                                                             int64_t tok0, int64_t j0, int64_t j1,
+                                                             int64_t o) {
+  const int64_t W = cfg.width, n = j1 - j0, B = tokens.pk.size(0), heads = tokens.pk.size(3);
   auto dev = tokens.pk.device();
-  auto pos = slot_positions(j0, j1);
+  auto pos = slot_positions(j0, j1, o);
   auto valid = (pos >= 0).to(dev);
   auto flat = (pos - tok0).clamp_min(0).flatten().to(dev);
 
-  auto a_k = raw_pool_weights(tokens, tok0, j0, j1, false);
+  auto a_k = raw_pool_weights(tokens, tok0, j0, j1, o, false);
 
   auto payload = [&](const torch::Tensor& per_token) {  // [B, n, W, Hkv, hd], lane picked per slot
     if (cfg.lanes() == 1) return gather_slots(per_token, flat, n).select(3, 0);
@@ -235,7 +249,7 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
       auto idx = slots.narrow(1, lo, hi - lo).flatten();
       runs.push_back(per_token.select(2, lane[lo])
                          .index_select(1, idx)
-                         .view({B, n, hi - lo, n_kv, head_dim}));
+                         .view({B, n, hi - lo, heads, head_dim}));
     }
     return runs.size() == 1 ? runs[0] : torch::cat(runs, 2);
   };
@@ -243,7 +257,7 @@ std::pair<torch::Tensor, torch::Tensor> CompressorImpl::pool(const CompressorTok
   if (k_norm) k = k_norm->forward(k);
   if (cfg.entry_rope != EntryRope::kNone && n > 0) {
     std::vector<int64_t> epos;
-    for (int64_t j = j0; j < j1; ++j) epos.push_back(entry_position(j));
+    for (int64_t j = j0; j < j1; ++j) epos.push_back(entry_position(j, o));
     k = rope.apply(k, torch::tensor(epos, torch::kInt64).to(dev));
   }
   if (cfg.tied_kv) return {k, k};  // the study's tied K/V: the value is the normalised, rotated key

@@ -1,5 +1,5 @@
 // The chunked KV compressor: every S tokens, the W tokens [jS+S-W-o, jS+S-o) are pooled into entry j
-// (o = grid_offset, usually 0).
+// (o = grid_offset, usually 0, or the KV head's own offset with kv_head_offsets).
 //
 // Work is split in two so that the full-sequence forward and the streaming session run the SAME
 // arithmetic: `project` runs once per token (payloads and gate scores), `pool` turns the projected
@@ -24,6 +24,8 @@ struct CompressorTokens {
                          // [B,T,W,Hkv,hd]; undefined for the mean gate; gv undefined when tied
   int64_t length() const { return pk.defined() ? pk.size(1) : 0; }
   int64_t bytes() const;
+  // The KV heads [h0, h0 + n) (dim 3 of every field): one grid group's tokens.
+  CompressorTokens heads(int64_t h0, int64_t n) const;
 };
 
 struct CompressorImpl : torch::nn::Module {
@@ -36,18 +38,21 @@ struct CompressorImpl : torch::nn::Module {
   CompressorTokens project(const torch::Tensor& x, const torch::Tensor& k_lin,
                            const torch::Tensor& v_lin, int64_t tok0);
   // Finished entries j in [j0, j1) from projected tokens whose first token is at absolute
-  // position tok0; they must cover positions [max(0, j0*S+S-W-o), j1*S+S-1-o]. Returns K, V as
-  // [B, Hkv, j1-j0, hd]: K normed (if entry_norm) and rotated at the entry position.
+  // position tok0, on the grid moved o tokens earlier; the tokens must cover positions
+  // [max(0, j0*S+S-W-o), j1*S+S-1-o] and may be one grid group's heads (CompressorTokens::heads)
+  // projected with that group's offset. Returns K, V as [B, Hkv, j1-j0, hd]: K normed (if
+  // entry_norm) and rotated at the entry position.
   std::pair<torch::Tensor, torch::Tensor> pool(const CompressorTokens& tokens, int64_t tok0,
-                                               int64_t j0, int64_t j1);
+                                               int64_t j0, int64_t j1, int64_t o);
   // Pool weights a[b, e, slot, h(, c)] of entries [j0, j1): the K side, or the V side
   // (value_side; the K weights when the value side has no gate of its own). Scalar and mean
   // gates give [B, n, W, Hkv] (mean: expanded over B and Hkv), vector gates [B, n, W, Hkv, hd];
   // slots before position 0 weigh 0. Exposed for gate-concentration analyses.
   torch::Tensor pool_weights(const CompressorTokens& tokens, int64_t tok0, int64_t j0, int64_t j1,
-                             bool value_side = false);
+                             int64_t o, bool value_side = false);
 
-  int64_t entry_position(int64_t j) const;
+  // The position at which entry j of a grid moved o tokens earlier is rotated.
+  int64_t entry_position(int64_t j, int64_t o) const;
 
   AttentionConfig cfg;
   int64_t n_kv, head_dim;
@@ -62,6 +67,7 @@ struct CompressorImpl : torch::nn::Module {
   std::shared_ptr<RMSNormImpl> k_norm;
   std::shared_ptr<RMSNormImpl> k_payload_norm, v_payload_norm;  // payload_norm
   torch::Tensor lane_of_slot;  // [W] int64: lane(i) = (W-1-i) / S
+  torch::Tensor head_offset;   // [Hkv] int64: each KV head's grid offset (kv_head_offsets)
 
  private:
   torch::Tensor gate_scores(const torch::Tensor& x, const torch::Tensor& gate,
@@ -75,10 +81,10 @@ struct CompressorImpl : torch::nn::Module {
   torch::Tensor weights(const torch::Tensor& scores, const torch::Tensor& valid, int64_t n,
                         const torch::Tensor& like);
   // [n, W] int64: the position of every slot of entries [j0, j1) (negative: before the sequence).
-  torch::Tensor slot_positions(int64_t j0, int64_t j1) const;
+  torch::Tensor slot_positions(int64_t j0, int64_t j1, int64_t o) const;
   // The softmax weights of entries [j0, j1) as pool() uses them ([B or 1, n, W, Hkv or 1(, hd)]).
   torch::Tensor raw_pool_weights(const CompressorTokens& tokens, int64_t tok0, int64_t j0,
-                                 int64_t j1, bool value_side);
+                                 int64_t j1, int64_t o, bool value_side);
 };
 TORCH_MODULE(Compressor);
 

@@ -15,6 +15,11 @@
 
 namespace phasekv {
 
+// The attention cores and these rules see one grid: a layer with per-KV-head grids
+// (kv_head_offsets) calls them once per grid group (AttentionImpl, GridGroup).
+inline constexpr const char* kOneGridOnly =
+    "attention core: a config with kv_head_offsets must be split into grid groups first";
+
 // Number of entries visible to a query at position t.
 inline int64_t visible_entries(const AttentionConfig& a, int64_t t) {
   return (t + 1 + a.grid_offset) / a.stride;

@@ -44,10 +44,14 @@ ForwardFlops forward_flops(const ModelConfig& m, int64_t B, int64_t T) {
   ForwardFlops f;
   for (const auto& a : m.layers) {
     f.linear += 2.0 * layer_linear_macs(m, a) * double(B * T);
-    int64_t keys = 0;
-    for (int64_t t = 0; t < T; ++t) keys += visible_keys(a, t);
-    // q.k and p.v: 2 matmuls of head_dim multiply-adds per (query head, key).
-    f.attention += 2.0 * 2.0 * double(m.n_heads) * m.head_dim * double(keys) * double(B);
+    // Per grid group (one without kv_head_offsets): its query heads see its grid's keys.
+    for (const GridGroup& g : grid_groups(m, a)) {
+      int64_t keys = 0;
+      for (int64_t t = 0; t < T; ++t) keys += visible_keys(g.attn, t);
+      const double q_heads = double(m.n_heads) * g.heads / m.n_kv_heads;
+      // q.k and p.v: 2 matmuls of head_dim multiply-adds per (query head, key).
+      f.attention += 2.0 * 2.0 * q_heads * m.head_dim * double(keys) * double(B);
+    }
   }
   f.lm_head = 2.0 * double(m.d_model) * m.vocab_size * double(B * T);
   return f;

@@ -46,9 +46,12 @@ void Session::reserve(int64_t n_tokens) {
     model_->blocks[i]->attn->reserve(caches_[i], n_tokens);
 }
 
-LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, int64_t T,
-                              int64_t elem) {
-  const int64_t kv = m.n_kv_heads * m.head_dim;
+namespace {
+
+// One grid group's cache (the whole layer without kv_head_offsets): `heads` KV heads on a's grid.
+LayerBytes group_bytes(const ModelConfig& m, int64_t heads, const AttentionConfig& a, int64_t T,
+                       int64_t elem) {
+  const int64_t kv = heads * m.head_dim;
   const int64_t token_bytes = 2 * kv * elem;  // one K and one V vector (= one entry's size)
   LayerBytes b;
   const bool raw = a.kind != AttentionKind::kChunked || a.n_win > 0 || a.uncompressed_tail;
@@ -61,12 +64,25 @@ LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, in
   const int64_t pending = T - std::max<int64_t>(0, complete * S + S - W - a.grid_offset);
   // Per token: one payload per lane (key and value, or the key alone with tied_kv).
   int64_t per_token = a.lanes() * (a.tied_kv ? 1 : 2) * kv * elem;
-  const int64_t gate = a.gate == GateKind::kScalar   ? W * m.n_kv_heads
+  const int64_t gate = a.gate == GateKind::kScalar   ? W * heads
                        : a.gate == GateKind::kVector ? W * kv
                                                      : 0;
   per_token += (a.tied_kv_gates || a.tied_kv ? 1 : 2) * gate * elem;
   b.pending = std::max<int64_t>(pending, 0) * per_token;
   return b;
+}
+
+}  // namespace
+
+LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, int64_t T,
+                              int64_t elem) {
+  // Groups on different grids hold different numbers of complete entries and pending tokens.
+  LayerBytes total;
+  for (const GridGroup& g : grid_groups(m, a)) {
+    const LayerBytes b = group_bytes(m, g.heads, g.attn, T, elem);
+    total.raw += b.raw, total.entries += b.entries, total.pending += b.pending;
+  }
+  return total;
 }
 
 }  // namespace phasekv
