@@ -105,9 +105,10 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
     EXPECT_EQ(c["outcomes"], 48);
     // Depth 0 and 100 are the body's ends (after the intro; before the last records' text);
     // between them the target goes to the nearest sentence boundary, coarse in short bodies.
-    if (c["depth_pct"] != 50.0)
+    if (c["depth_pct"] != 50.0) {
       EXPECT_NEAR(c["depth_measured_pct"].get<double>(), c["depth_pct"].get<double>(), 15.0)
           << c.dump();
+    }
   }
   EXPECT_NE(cli.log.find("depth x length (worst phase: accuracy, gap pp):"), std::string::npos);
   // The per-phase table per length: every depth of a length pooled, one accuracy per phase.
@@ -118,13 +119,22 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
     ASSERT_EQ(row["phase_acc"].size(), 8u) << row.dump();
     for (int r = 0; r < 8; ++r) {
       EXPECT_EQ(row["phase_n"][r], 18) << "3 depths x 6 examples at r = " << r;
-      if (r % 4 == 3) EXPECT_DOUBLE_EQ(row["phase_acc"][r].get<double>(), 0.0) << row.dump();
+      if (r % 4 == 3) {
+        EXPECT_DOUBLE_EQ(row["phase_acc"][r].get<double>(), 0.0) << row.dump();
+      }
     }
     EXPECT_DOUBLE_EQ(row["gap_pp"].get<double>(), 100.0) << row.dump();
   }
   EXPECT_NE(cli.log.find("per-phase accuracy by context length (all depths pooled):"),
             std::string::npos)
       << cli.log;
+  // The HTML report shows the same per-length table and the depth x length cells.
+  const std::string html = read_file((out / "report.html").string());
+  EXPECT_NE(html.find("<h2>By context length</h2>"), std::string::npos);
+  EXPECT_NE(html.find("Worst-phase accuracy (%) by depth and context length"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"num\">160</td>"), std::string::npos);
+  // Every length's weak phases (3 and 7) are shown at 0.000 and the worst one is marked.
+  EXPECT_NE(html.find("<td class=\"num worst\">0.000</td>"), std::string::npos);
   // Longer documents have longer prompts, each cell at its own length.
   const auto records = read_results((out / "results.jsonl").string()).records;
   ASSERT_EQ(records.size(), 288u);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "report/report.h"
 #include "util/error.h"
@@ -315,6 +316,100 @@ std::string html_method_note(const PhaseSeries& series) {
 
 }  // namespace
 
+// An audit over a depth x length grid (audit.json "lengths" and "cells", docs/AUDIT.md): the
+// per-phase accuracy per context length as a heatmap and a table (all depths of a length pooled),
+// and the worst-phase accuracy of every depth x length cell as a heatmap with its gap in the
+// tooltip table. Empty when the meta has no grid.
+// A heatmap of accuracies in percent, 50 % neutral.
+static Heatmap percent_heatmap(std::string title, std::string caption, std::string x_label,
+                               std::string y_label) {
+  Heatmap h;
+  h.title = std::move(title), h.caption = std::move(caption);
+  h.x_label = std::move(x_label), h.y_label = std::move(y_label);
+  h.unit = " %";
+  h.center = 50.0, h.limit = 50.0;
+  return h;
+}
+
+static std::string html_length_grid(const nlohmann::json& meta) {
+  if (!meta.is_object() || !meta.contains("lengths") || !meta["lengths"].is_array() ||
+      meta["lengths"].empty())
+    return "";
+  const auto& lengths = meta["lengths"];
+  std::string out = "<h2>By context length</h2>\n";
+  Heatmap h = percent_heatmap(
+      "Accuracy (%) by context length and phase (all depths pooled)",
+      "one row per context length; columns: the target's phase r = key position mod M", "phase r",
+      "context tokens");
+  const size_t M = lengths.front()["phase_acc"].size();
+  for (size_t r = 0; r < M; ++r) h.cols.push_back(std::to_string(r));
+  std::string table = "<table>\n<tr><th>tokens</th>";
+  for (size_t r = 0; r < M; ++r) table += fmt::format("<th>r={}</th>", r);
+  table += "<th>mean</th><th>worst (r)</th><th>gap pp</th></tr>\n";
+  for (const auto& row : lengths) {
+    const int64_t tokens = row["context_tokens"].get<int64_t>();
+    const int worst = row["worst_phase"].get<int>();
+    h.rows.push_back(std::to_string(tokens));
+    std::vector<double> values;
+    table += "<tr>" + td_num(std::to_string(tokens));
+    for (size_t r = 0; r < row["phase_acc"].size(); ++r) {
+      const double acc = row["phase_acc"][r].get<double>();
+      values.push_back(100.0 * acc);
+      table += td_num(fixed3(acc), static_cast<int>(r) == worst ? "worst" : "");
+    }
+    h.values.push_back(values);
+    table += td_num(fixed3(row["mean_acc"].get<double>())) +
+             td_num(fmt::format("{:.3f} ({})", row["worst_acc"].get<double>(), worst)) +
+             td_num(fmt::format("{:.1f}", row["gap_pp"].get<double>())) + "</tr>\n";
+  }
+  out += "<figure class=\"chart\">\n" + heatmap_svg(h) + "</figure>\n";
+  out += scroll_box(table + "</table>\n");
+  if (!meta.contains("cells") || !meta["cells"].is_array() || meta["cells"].empty()) return out;
+  // Depth x length: rows the depths in first-seen order, columns the lengths.
+  std::vector<std::string> depths;
+  std::vector<int64_t> tokens;
+  auto depth_name = [](const nlohmann::json& c) {
+    return c["depth_pct"].is_null() ? std::string("random")
+                                    : fmt::format("{:g}%", c["depth_pct"].get<double>());
+  };
+  for (const auto& c : meta["cells"]) {
+    if (std::find(depths.begin(), depths.end(), depth_name(c)) == depths.end())
+      depths.push_back(depth_name(c));
+    const int64_t t = c["context_tokens"].get<int64_t>();
+    if (std::find(tokens.begin(), tokens.end(), t) == tokens.end()) tokens.push_back(t);
+  }
+  Heatmap g = percent_heatmap(
+      "Worst-phase accuracy (%) by depth and context length",
+      "each cell on its own examples; the table below gives its worst phase and gap",
+      "context tokens", "depth");
+  g.rows = depths;
+  for (int64_t t : tokens) g.cols.push_back(std::to_string(t));
+  g.values.assign(depths.size(), std::vector<double>(tokens.size(), 0.0));
+  std::string cells = "<table>\n<tr><th>tokens</th><th>depth</th><th>mean</th><th>worst (r)"
+                      "</th><th>gap pp</th><th>period (p)</th></tr>\n";
+  for (const auto& c : meta["cells"]) {
+    const size_t r = static_cast<size_t>(
+        std::find(depths.begin(), depths.end(), depth_name(c)) - depths.begin());
+    const size_t col = static_cast<size_t>(
+        std::find(tokens.begin(), tokens.end(), c["context_tokens"].get<int64_t>()) -
+        tokens.begin());
+    g.values[r][col] = 100.0 * c["worst_acc"].get<double>();
+    const std::string period =
+        c["detected_period"].is_null()
+            ? "none"
+            : fmt::format("{} ({})", c["detected_period"].get<int>(),
+                          format_p(c["period_p_value"].get<double>()));
+    cells += "<tr>" + td_num(std::to_string(c["context_tokens"].get<int64_t>())) +
+             td(depth_name(c)) + td_num(fixed3(c["mean_acc"].get<double>())) +
+             td_num(fmt::format("{:.3f} ({})", c["worst_acc"].get<double>(),
+                                c["worst_phase"].get<int>())) +
+             td_num(fmt::format("{:.1f}", c["gap_pp"].get<double>())) + td_num(period) +
+             "</tr>\n";
+  }
+  out += "<figure class=\"chart\">\n" + heatmap_svg(g) + "</figure>\n";
+  return out + scroll_box(cells + "</table>\n");
+}
+
 std::string report_html(const PhaseSeries& series, const std::string& title,
                         const nlohmann::json& meta) {
   if (series.empty()) throw Error("report_html: no series to report");
@@ -330,6 +425,7 @@ std::string report_html(const PhaseSeries& series, const std::string& title,
   out += html_summary_table(series);
   out += html_method_note(series);
   out += html_period_details(series);
+  out += html_length_grid(meta);
   out += html_meta(meta);
   return out + "</body>\n</html>\n";
 }

@@ -332,6 +332,44 @@ TEST_F(ReportBrowser, ReportHtml) {
             0u);
 }
 
+// An audit over a depth x length grid adds two heatmaps and two tables (html_length_grid): a
+// 48-phase row per length and 4 x 3 cells must still fit the viewport, every label inside its SVG.
+TEST_F(ReportBrowser, AuditGridReportHtml) {
+  nlohmann::json meta = stress_meta();
+  meta["lengths"] = nlohmann::json::array();
+  meta["cells"] = nlohmann::json::array();
+  for (int64_t tokens : {1024, 8192, 65536, 131072}) {
+    std::vector<double> acc, n;
+    for (int r = 0; r < 48; ++r) acc.push_back(r % 8 == 3 ? 0.125 : 0.9), n.push_back(30);
+    meta["lengths"].push_back({{"context_tokens", tokens}, {"phase_acc", acc}, {"phase_n", n},
+                               {"mean_acc", 0.8}, {"worst_phase", 3}, {"worst_acc", 0.125},
+                               {"gap_pp", 77.5}});
+    for (double depth : {0.0, 50.0, 100.0})
+      meta["cells"].push_back({{"context_tokens", tokens}, {"depth_pct", depth},
+                               {"mean_acc", 0.8}, {"worst_phase", 11}, {"worst_acc", 0.1},
+                               {"gap_pp", 80.0}, {"detected_period", 8},
+                               {"period_p_value", 0.001}});
+  }
+  const fs::path out = dir_ / "grid";
+  write_sweep_outputs(out.string(), "kv-chunked", sensitive_summary(1), meta);
+  const std::string html = read_file((out / "report.html").string());
+  EXPECT_TRUE(external_references(html).empty());
+  const Probe probe = render(html, "grid");
+  ASSERT_EQ(probe.error, "");
+  const nlohmann::json& j = probe.j;
+  SCOPED_TRACE(j.dump(1));
+  EXPECT_LE(j["scroll_width"].get<double>(), j["client_width"].get<double>());
+  EXPECT_TRUE(j["overflowing"].empty());
+  EXPECT_TRUE(j["clipped"].empty());
+  ASSERT_EQ(j["svgs"].size(), 3u) << "the phase chart and the two heatmaps";
+  for (const auto& svg : j["svgs"]) {
+    EXPECT_GT(svg["width"].get<double>(), 400.0);
+    EXPECT_LE(svg["right"].get<double>(), j["client_width"].get<double>());
+  }
+  for (const auto& box : j["scroll_boxes"])
+    EXPECT_LE(box["client"].get<double>(), j["client_width"].get<double>());
+}
+
 TEST_F(ReportBrowser, CompareHtml) {
   PhaseSeries series;
   for (int i = 0; i < 4; ++i) {
