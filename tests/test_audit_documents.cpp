@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
+#include <set>
 
 #include "audit_cli.h"
 #include "eval/results_file.h"
@@ -150,6 +152,61 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
       server.endpoint(), "any", out, "--filler " + kManifest + " --dry-run",
       "--modulus 8 --examples 6 --records 3 --context-tokens 60,160 --depths 0,50,100");
   EXPECT_NE(again.log.find("plan: 0 of 288 items to score"), std::string::npos) << again.log;
+}
+
+// Multi-needle: three targets per document, each asked by its own question and scored on its own.
+// Every needle visits every phase, its own key at the record's phase; the fake's weak spot (key
+// positions 3 mod 4) is found per needle; the needles of one example are the same document with
+// different targets; needle 0 is the single-needle audit's target, record for record.
+TEST(AuditDocuments, SeveralNeedlesPerDocumentAreScoredSeparatelyAtEveryPhase) {
+  test::FakeLlamaServer server;
+  const fs::path dir = test::temp_dir("audit_needles");
+  const std::string flags = "--modulus 8 --examples 5 --records 6 --context-tokens 120";
+  const auto cli = test::run_audit_cli(server.endpoint(), "any", dir / "multi",
+                                       "--filler " + kManifest, flags + " --needles 3");
+  ASSERT_EQ(cli.status, 0) << cli.log;
+  const json a = json::parse(read_file((dir / "multi" / "audit.json").string()));
+  EXPECT_EQ(a["task"]["needles"], 3);
+  ASSERT_EQ(a["needles"].size(), 3u);
+  for (const auto& n : a["needles"]) {
+    EXPECT_EQ(n["outcomes"], 40) << n.dump();
+    EXPECT_EQ(n["worst_phase"].get<int>() % 4, 3) << n.dump();
+    EXPECT_DOUBLE_EQ(n["gap_pp"].get<double>(), 100.0) << n.dump();
+  }
+  EXPECT_EQ(a["period"]["detected_period"], 4) << a["period"].dump();
+  EXPECT_NE(cli.log.find("per needle (each scored by its own question; all cells pooled):"),
+            std::string::npos)
+      << cli.log;
+  const auto records = read_results((dir / "multi" / "results.jsonl").string()).records;
+  ASSERT_EQ(records.size(), 120u);
+  std::map<std::pair<int64_t, int>, std::set<int32_t>> targets;  // (example, phase) -> targets
+  std::map<std::pair<int64_t, int>, int> key_pos_needle0;
+  for (const auto& r : records) {
+    const int needle = r.extra.value("needle", -1);
+    ASSERT_GE(needle, 0) << r.condition;
+    EXPECT_EQ(r.condition, "n" + std::to_string(needle));
+    EXPECT_EQ(r.key_pos % 8, r.phase);
+    EXPECT_TRUE(r.extra.value("position_ok", false));
+    targets[{r.example_id, r.phase}].insert(r.target);
+    if (needle == 0) key_pos_needle0[{r.example_id, r.phase}] = r.key_pos;
+  }
+  int distinct = 0;
+  for (const auto& [key, t] : targets) distinct += t.size() == 3 ? 1 : 0;
+  EXPECT_EQ(distinct, 40) << "three different values asked of every document";
+  // The single-needle audit of the same examples: needle 0's prompts, key for key.
+  const auto one = test::run_audit_cli(server.endpoint(), "any", dir / "one",
+                                       "--filler " + kManifest, flags);
+  ASSERT_EQ(one.status, 0) << one.log;
+  for (const auto& r : read_results((dir / "one" / "results.jsonl").string()).records) {
+    EXPECT_EQ(r.condition, "");
+    EXPECT_EQ(r.key_pos, (key_pos_needle0[{r.example_id, r.phase}])) << r.example_id;
+  }
+  // More needles than records is refused before anything is sent.
+  const auto bad = test::run_audit_cli(server.endpoint(), "any", dir / "bad", "",
+                                       flags + " --needles 7");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.log.find("--needles is 7 (allowed: 1..--records = 6)"), std::string::npos)
+      << bad.log;
 }
 
 // A document longer than the --filler corpus wraps around it: every such record says so

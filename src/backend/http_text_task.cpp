@@ -45,18 +45,24 @@ void append(std::vector<int32_t>& out, const std::vector<int32_t>& ids) {
 
 }  // namespace
 
-struct TextKvTask::Example {
-  int64_t id = 0;
-  std::vector<int32_t> body;   // intro, filler and records
-  int target_start = 0;        // body offset where the target record begins ("\nkey")
-  double depth = 0;            // target_start / body length
-  bool filler_repeats = false;  // more sentences than the corpus has: it wrapped around
-  int key_off = 0;             // body offset of the target key's first non-blank token
+// One target record of an example and the question that asks for it.
+struct TextKvTask::Needle {
+  int target_start = 0;        // body offset where the record begins ("\nkey")
+  int target_len = 0;          // its tokens
+  double depth = 0;            // target_start / the body's other tokens
+  int key_off = 0;             // body offset of the key's first non-blank token
   int value_off = 0;           // and of the value's
   std::vector<int32_t> query;  // ends right before the value's first non-blank token
   int32_t target = 0;
   std::vector<int32_t> answer;
   std::string answer_text;
+};
+
+struct TextKvTask::Example {
+  int64_t id = 0;
+  std::vector<int32_t> body;    // intro, filler and records
+  bool filler_repeats = false;  // more sentences than the corpus has: it wrapped around
+  std::vector<Needle> needles;  // needle 0 first
 };
 
 TextKvTask::TextKvTask(TextTokenizerFns tokenizer, TextTaskOptions options)
@@ -65,6 +71,9 @@ TextKvTask::TextKvTask(TextTokenizerFns tokenizer, TextTaskOptions options)
     throw Error("--records is " + std::to_string(o_.records) + " (allowed: 1..90)");
   if (o_.modulus < 1) throw Error("--modulus must be >= 1");
   if (o_.context_tokens < 16) throw Error("--context-tokens must be >= 16");
+  if (o_.needles < 1 || o_.needles > o_.records)
+    throw Error("--needles is " + std::to_string(o_.needles) + " (allowed: 1..--records = " +
+                std::to_string(o_.records) + ")");
   if (o_.chat) {
     bos_ = o_.chat_prefix;  // the template writes its own BOS
   } else {
@@ -182,6 +191,17 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
   for (int i = 0; i < o_.records; ++i)
     slots.push_back(draw_below(rng, static_cast<int>(sentences.size()) + 1));
   std::sort(slots.begin(), slots.end());
+  // More needles are drawn after everything else, so needle 0's document is the single-needle one.
+  std::vector<int> targets = {target};
+  while (static_cast<int>(targets.size()) < o_.needles) {
+    const int t = draw_below(rng, o_.records);
+    if (std::find(targets.begin(), targets.end(), t) == targets.end()) targets.push_back(t);
+  }
+  std::vector<Needle> needles(targets.size());
+  auto needle_of = [&](size_t r) -> Needle* {
+    const auto it = std::find(targets.begin(), targets.end(), static_cast<int>(r));
+    return it == targets.end() ? nullptr : &needles[static_cast<size_t>(it - targets.begin())];
+  };
   std::vector<std::pair<int, int>> placed;  // (boundary, record) in body order
   for (int i = 0; i < o_.records; ++i) placed.push_back({slots[static_cast<size_t>(i)], i});
   if (o_.depth >= 0) {  // the boundary whose filler before it is nearest depth x all filler
@@ -205,62 +225,69 @@ TextKvTask::Example TextKvTask::make_example(int64_t id) {
                      [&](const auto& a, const auto& b) { return order(a) < order(b); });
   }
   size_t p = 0;
-  int target_len = 0;
   for (size_t s = 0; s <= sentences.size(); ++s) {
     for (; p < placed.size() && placed[p].first == static_cast<int>(s); ++p) {
       const size_t r = static_cast<size_t>(placed[p].second);
       const auto& key = ids(texts[2 * r]);
       const auto& value = ids(texts[2 * r + 1]);
-      if (static_cast<int>(r) == target) ex.target_start = static_cast<int>(ex.body.size());
+      Needle* n = needle_of(r);
+      if (n) n->target_start = static_cast<int>(ex.body.size());
       append(ex.body, ids(kRecordKey));
-      if (static_cast<int>(r) == target)
-        ex.key_off = static_cast<int>(ex.body.size()) + first_nonblank(key);
+      if (n) n->key_off = static_cast<int>(ex.body.size()) + first_nonblank(key);
       append(ex.body, key);
       append(ex.body, ids(kRecordMid));
-      if (static_cast<int>(r) == target)
-        ex.value_off = static_cast<int>(ex.body.size()) + first_nonblank(value);
+      if (n) n->value_off = static_cast<int>(ex.body.size()) + first_nonblank(value);
       append(ex.body, value);
       append(ex.body, ids(kRecordEnd));
-      if (static_cast<int>(r) == target)
-        target_len = static_cast<int>(ex.body.size()) - ex.target_start;
+      if (n) n->target_len = static_cast<int>(ex.body.size()) - n->target_start;
     }
     if (s < sentences.size()) append(ex.body, sentences[s]);
   }
-  // As NIAH measures it: the share of the document (all but the target record) before it.
-  ex.depth =
-      static_cast<double>(ex.target_start) /
-      static_cast<double>(std::max<size_t>(1, ex.body.size() - static_cast<size_t>(target_len)));
-  const auto& key = ids(texts[2 * target]);
-  ex.answer_text = std::to_string(value_list[static_cast<size_t>(target)]);
-  if (o_.chat) {  // the assistant's answer starts a turn: the digits without a space
-    append(ex.query, ids(kQuestion));
-    append(ex.query, key);
-    append(ex.query, ids(kChatAsk));
-    ex.answer = ids(ex.answer_text);
-    ex.target = ex.answer.front();
-    return ex;
+  for (size_t j = 0; j < targets.size(); ++j) {
+    Needle& n = needles[j];
+    const size_t t = static_cast<size_t>(targets[j]);
+    // As NIAH measures it: the share of the document (all but the target record) before it.
+    n.depth = static_cast<double>(n.target_start) /
+              static_cast<double>(
+                  std::max<size_t>(1, ex.body.size() - static_cast<size_t>(n.target_len)));
+    const auto& key = ids(texts[2 * t]);
+    n.answer_text = std::to_string(value_list[t]);
+    if (o_.chat) {  // the assistant's answer starts a turn: the digits without a space
+      append(n.query, ids(kQuestion));
+      append(n.query, key);
+      append(n.query, ids(kChatAsk));
+      n.answer = ids(n.answer_text);
+      n.target = n.answer.front();
+      continue;
+    }
+    const auto& value = ids(texts[2 * t + 1]);
+    const int lead = first_nonblank(value);
+    append(n.query, ids(kQuestion));
+    append(n.query, key);
+    append(n.query, ids(kAnswer));
+    append(n.query, key);
+    append(n.query, ids(kRecordMid));
+    n.query.insert(n.query.end(), value.begin(), value.begin() + lead);
+    n.target = value[static_cast<size_t>(lead)];
+    n.answer.assign(value.begin() + lead, value.end());
   }
-  const auto& value = ids(texts[2 * target + 1]);
-  const int lead = first_nonblank(value);
-  append(ex.query, ids(kQuestion));
-  append(ex.query, key);
-  append(ex.query, ids(kAnswer));
-  append(ex.query, key);
-  append(ex.query, ids(kRecordMid));
-  ex.query.insert(ex.query.end(), value.begin(), value.begin() + lead);
-  ex.target = value[static_cast<size_t>(lead)];
-  ex.answer.assign(value.begin() + lead, value.end());
+  ex.needles = std::move(needles);
   return ex;
 }
 
-TextKvTask::Shape TextKvTask::shape(int64_t example_id) {
+TextKvTask::Shape TextKvTask::shape(int64_t example_id, int needle) {
   const Example ex = make_example(example_id);
-  return {static_cast<int>(bos_.size() + ex.body.size() + ex.query.size() + o_.chat_suffix.size()) +
+  const Needle& n = ex.needles.at(static_cast<size_t>(needle));
+  return {static_cast<int>(bos_.size() + ex.body.size() + n.query.size() + o_.chat_suffix.size()) +
               o_.modulus - 1,
-          static_cast<int>(ex.answer.size())};
+          static_cast<int>(n.answer.size())};
 }
 
-std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int>>& pairs) {
+std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int>>& pairs,
+                                        int needle) {
+  if (needle < 0 || needle >= o_.needles)
+    throw Error("internal: needle " + std::to_string(needle) + " outside [0, " +
+                std::to_string(o_.needles) + ")");
   std::vector<TextItem> items;
   std::map<int64_t, Example> examples;
   const int M = o_.modulus;
@@ -271,27 +298,29 @@ std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int
     auto it = examples.find(id);
     if (it == examples.end()) it = examples.emplace(id, make_example(id)).first;
     const Example& ex = it->second;
+    const Needle& n = ex.needles[static_cast<size_t>(needle)];
     // k pads before the key: (nbos + key_off + k) mod M == phase, for both padding modes.
-    const int k = (((phase - nbos - ex.key_off) % M) + M) % M;
+    const int k = (((phase - nbos - n.key_off) % M) + M) % M;
     TextItem item;
     item.example_id = id;
     item.phase = phase;
+    item.needle = needle;
     auto& t = item.tokens;
     append(t, bos_);
-    const auto split = o_.padding == PaddingMode::kPrefix ? 0 : ex.target_start;
+    const auto split = o_.padding == PaddingMode::kPrefix ? 0 : n.target_start;
     t.insert(t.end(), ex.body.begin(), ex.body.begin() + split);
     append(t, repeat(pad_, k));
     t.insert(t.end(), ex.body.begin() + split, ex.body.end());
     append(t, repeat(pad_, M - 1 - k));
-    append(t, ex.query);
+    append(t, n.query);
     if (o_.chat) append(t, o_.chat_suffix);
-    item.key_pos = nbos + k + ex.key_off;
-    item.value_pos = nbos + k + ex.value_off;
+    item.key_pos = nbos + k + n.key_off;
+    item.value_pos = nbos + k + n.value_off;
     item.query_pos = static_cast<int>(t.size()) - 1;
-    item.target = ex.target;
-    item.answer = ex.answer;
-    item.answer_text = ex.answer_text;
-    item.depth = ex.depth;
+    item.target = n.target;
+    item.answer = n.answer;
+    item.answer_text = n.answer_text;
+    item.depth = n.depth;
     item.filler_repeats = ex.filler_repeats;
     if (item.key_pos % M != phase)
       throw Error("internal: text task layout does not put the key at its phase");
@@ -340,6 +369,7 @@ json TextKvTask::describe() const {
             {"question",
              o_.chat ? "\\n\\nQuestion: what is the value of key K? Answer with the value only."
                      : "\\n\\nQuestion: what is the value of key K?\\nAnswer: key K -> value"}};
+  if (o_.needles > 1) d["needles"] = o_.needles;
   if (o_.chat) {
     d["chat"] = true;
     d["chat_template_prefix_tokens"] = o_.chat_prefix.size();

@@ -15,6 +15,9 @@
 // "... key Kt? Answer with the value only." and the template's suffix follows it:
 //   [template prefix] [pad x k] Remember ... [pad x M-1-k] \n\nQuestion: ... only. [suffix]
 //
+// With several needles (TextTaskOptions::needles) one document holds several targets Kt, each
+// asked by its own prompt (the same document, that target's question and padding).
+//
 // The model should continue with Vt; the scored token is the first non-blank token of " Vt" (the
 // blank ones, such as a lone space, are part of the prompt). Padding is a filler token that
 // round-trips (k copies tokenize to k tokens), placed after <bos> (prefix) or right before the
@@ -59,12 +62,18 @@ struct TextTaskOptions {
   std::vector<std::string> filler;
   std::vector<std::vector<int32_t>> filler_ids;  // filler's ids when tokenized beforehand
   double depth = -1;
+  // Multi-needle (as RULER's multi-query needle-in-a-haystack): `needles` of the records are
+  // targets, each asked by its own question and scored separately (build's `needle`); the
+  // other records stay distractors. Needle 0 is the single-needle target (same document and
+  // placement, a depth included); needles 1.. are drawn after it, at random sentence boundaries.
+  int needles = 1;
 };
 
 // One (example, phase) prompt.
 struct TextItem {
   int64_t example_id = 0;
   int phase = 0;
+  int needle = 0;               // which target of the document the question asks for
   std::vector<int32_t> tokens;  // the prompt, ending right before the value
   int32_t target = 0;           // first non-blank token of the value
   std::vector<int32_t> answer;  // every value token from `target` on (generate mode)
@@ -96,17 +105,20 @@ class TextKvTask {
     int prompt_tokens = 0;
     int answer_tokens = 0;
   };
-  Shape shape(int64_t example_id);
-  // Prompts for the given (example, phase) pairs; each example's pieces are tokenized once.
-  std::vector<TextItem> build(const std::vector<std::pair<int64_t, int>>& pairs);
+  Shape shape(int64_t example_id, int needle = 0);
+  // Prompts for the given (example, phase) pairs asking for target `needle` (0 .. needles-1),
+  // placed so that ITS key is at the phase; each example's pieces are tokenized once.
+  std::vector<TextItem> build(const std::vector<std::pair<int64_t, int>>& pairs, int needle = 0);
   // The server's tokenization of each item's text: the key's measured position is the plan's
   // when the re-tokenized text agrees with the prompt up to and including the key, else the
   // number of tokens the text before the key becomes (plus the BOS).
   std::vector<TextCheck> verify(const std::vector<TextItem>& items);
   // Padding token, BOS and the text layout (for audit.json).
   nlohmann::json describe() const;
+  int needles() const { return o_.needles; }
 
  private:
+  struct Needle;
   struct Example;
   Example make_example(int64_t id);
   void detect_bos();    // the server's special tokens before a text (completions)

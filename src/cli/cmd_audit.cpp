@@ -56,7 +56,7 @@ struct AuditArgs {
   int64_t max_total_retries = 2000, max_context = 0;
   double timeout_s = 60, retry_base_s = 0.25, max_retry_after_s = 120;
   uint64_t seed = 0;
-  int records = 8, bootstrap = 2000, permutations = 1000;
+  int records = 8, bootstrap = 2000, permutations = 1000, needles = 1;
   std::string context_tokens = "512", depths, filler;
   bool keep_prefix_cache = false, dry_run = false, fixed_concurrency = false;
   std::string request_cache, price_per_mtok, chat_template, reasoning;
@@ -351,6 +351,8 @@ void validate(const AuditArgs& a) {
   if (!a.price_per_mtok.empty()) parse_token_prices(a.price_per_mtok, "--price-per-mtok");
   parse_token_list(a.context_tokens, "--context-tokens");
   parse_depths(a.depths, "--depths");
+  if (a.needles < 1 || a.needles > a.records)
+    throw Error(fmt::format("--needles is {} (allowed: 1..--records = {})", a.needles, a.records));
   validate_sla(a.sla, a.bootstrap);
 }
 
@@ -388,10 +390,11 @@ void write_audit_json(const std::string& out, json audit) {
 
 std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, TaskConfig task,
                                       json& audit) {
-  if (!a.filler.empty() || !a.depths.empty() || a.context_tokens != "512")
+  if (!a.filler.empty() || !a.depths.empty() || a.context_tokens != "512" || a.needles != 1)
     throw Error(
-        "--filler, --depths and --context-tokens shape text documents (--render text); a "
-        "phasekv model's ids audit takes its lengths from the served task");
+        "--filler, --depths, --context-tokens and --needles shape text documents (--render "
+        "text); a phasekv model's ids audit takes its lengths and its one target from the "
+        "served task");
   // The served task as published, or passkey posed to a kv model (its settings, one needle).
   if (a.task != to_string(task.kind)) {
     if (a.task != "passkey" || task.kind != TaskKind::kKv)
@@ -550,6 +553,60 @@ std::string length_text(const json& rows) {
   return t;
 }
 
+// The records' condition of needle n of a grid cell: the cell's own with one needle, else the
+// cell's plus "n<needle>" ("n1", "L1024_d50_n1").
+std::string needle_condition(const std::string& cell, int needle, int needles) {
+  if (needles == 1) return cell;
+  return (cell.empty() ? "" : cell + "_") + "n" + std::to_string(needle);
+}
+
+// Per needle, every grid cell pooled (a cell's examples are other documents: other clusters):
+// audit.json "needles". `cell_conditions[i][n]` is cell i's condition of needle n.
+json needle_rows(const std::vector<std::vector<std::string>>& cell_conditions,
+                 const RunResult& run, int examples, int modulus, int stride,
+                 const SummaryOptions& stats) {
+  json rows = json::array();
+  const size_t needles = cell_conditions.front().size();
+  for (size_t n = 0; n < needles; ++n) {
+    std::vector<PhaseOutcome> outcomes;
+    int64_t errors = 0;
+    for (size_t i = 0; i < cell_conditions.size(); ++i) {
+      const Tally t = tally(run, cell_conditions[i][n], modulus);
+      errors += t.errors;
+      for (PhaseOutcome o : t.outcomes) {
+        o.example_id += static_cast<int64_t>(i) * examples;
+        outcomes.push_back(o);
+      }
+    }
+    const PhaseSummary s = summarize(outcomes, modulus, stride, stats);
+    rows.push_back({{"needle", n},
+                    {"outcomes", static_cast<int64_t>(outcomes.size())},
+                    {"errors", errors},
+                    {"mean_acc", s.mean_acc},
+                    {"worst_phase", s.worst_phase},
+                    {"worst_acc", s.worst_acc},
+                    {"best_phase", s.best_phase},
+                    {"gap_pp", s.gap_pp},
+                    {"detected_period", s.period.detected > 0 ? json(s.period.detected)
+                                                              : json(nullptr)},
+                    {"period_p_value", s.period.p_value}});
+  }
+  return rows;
+}
+
+std::string needle_text(const json& rows) {
+  std::string t = "per needle (each scored by its own question; all cells pooled):\n";
+  for (const auto& r : rows)
+    t += fmt::format("  needle {:<2}  mean {:.3f}  worst r={:<3} {:.3f}  gap {:5.1f}  period {}\n",
+                     r["needle"].get<int>(), r["mean_acc"].get<double>(),
+                     r["worst_phase"].get<int>(), r["worst_acc"].get<double>(),
+                     r["gap_pp"].get<double>(),
+                     r["detected_period"].is_null()
+                         ? std::string("none")
+                         : std::to_string(r["detected_period"].get<int>()));
+  return t;
+}
+
 std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   if (a.task != "kv") throw Error("--task passkey needs a phasekv-served model (render ids)");
   const std::vector<DocCell> cells = doc_grid(
@@ -578,14 +635,22 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
         return http.tokenize_many(t, special);
       },
       [&](const std::vector<std::vector<int32_t>>& ids) { return http.detokenize_many(ids); }};
+  to.needles = a.needles;
   std::vector<std::unique_ptr<TextKvTask>> tasks;
   std::vector<TextAuditCell> mode_cells;
+  // The records' conditions of each grid cell: one per needle.
+  std::vector<std::vector<std::string>> cell_conditions;
   for (const auto& c : cells) {
     TextTaskOptions co = to;
     co.context_tokens = c.context_tokens;
     co.depth = c.depth_pct < 0 ? -1 : c.depth_pct / 100;
     tasks.push_back(std::make_unique<TextKvTask>(tokenizer, co));
-    mode_cells.push_back({c.condition, tasks.back().get()});
+    cell_conditions.emplace_back();
+    for (int n = 0; n < a.needles; ++n) {
+      const std::string condition = needle_condition(c.condition, n, a.needles);
+      mode_cells.push_back({condition, tasks.back().get(), n});
+      cell_conditions.back().push_back(condition);
+    }
   }
   EvalRecord identity;
   identity.model = http.model_id();
@@ -608,7 +673,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   TextAuditMode mode(mode_cells, identity, mo);
   const TextAuditPlan tp = mode.plan(mode.items());
   std::vector<std::string> conditions;
-  for (const auto& c : cells) conditions.push_back(c.condition);
+  for (const auto& c : mode_cells) conditions.push_back(c.condition);
   AuditPlan plan;
   plan.items = tp.items;
   plan.pending = pending_items(a.out, a.examples, a.modulus, conditions);
@@ -647,7 +712,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   json cell_rows = json::array();
   std::vector<Tally> tallies;
   for (size_t i = 0; i < cells.size(); ++i) {
-    const Tally& t = tallies.emplace_back(tally(run, cells[i].condition, a.modulus));
+    const Tally& t = tallies.emplace_back(tally(run, cell_conditions[i], a.modulus));
     require_every_phase(t, run.path);
     if (cells.size() > 1)
       cell_rows.push_back(
@@ -672,6 +737,8 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   }
   audit["render"] = "text";
   audit["task"] = tasks.front()->describe();
+  if (a.needles > 1)
+    audit["needles"] = needle_rows(cell_conditions, run, a.examples, a.modulus, a.stride, stats);
   if (cells.size() > 1) {
     audit["task"]["context_tokens"] = parse_token_list(a.context_tokens, "--context-tokens");
     audit["task"]["depths_pct"] = parse_depths(a.depths, "--depths");
@@ -691,7 +758,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
                       {"filler_repeats", repeated}};
   if (chat && mo.generate) audit["generation_budget"] = plan.new_tokens;
   audit["period"] = period_report(t.outcomes, summary, stats);
-  write_samples(a, http, run, cells.front().condition,
+  write_samples(a, http, run, mode_cells.front().condition,
                 [&](const std::vector<std::pair<int64_t, int>>& pairs) {
                   std::vector<std::vector<int32_t>> out;
                   for (auto& item : tasks.front()->build(pairs))
@@ -705,6 +772,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   write_audit_json(a.out, audit);
   std::cout << terminal_table(summary, label) << phase_verdict(summary).text() << "\n";
   if (cells.size() > 1) std::cout << grid_text(cell_rows) << length_text(audit["lengths"]);
+  if (a.needles > 1) std::cout << needle_text(audit["needles"]);
   if (mismatched > 0)
     std::cout << fmt::format(
         "warning: {} records have a key position that differs from the plan when their text is "
@@ -828,6 +896,9 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--depths", a->depths,
                   "text: depths of the target record in percent of the document, a list "
                   "(0,50,100), linear:N or sigmoid:N; each length x depth is a cell");
+  cmd->add_option("--needles", a->needles,
+                  "text: targets per document, each asked by its own question and scored on its "
+                  "own (multi-needle; needle 0 takes --depths, the others random places)");
   cmd->add_option("--filler", a->filler,
                   "text: MANIFEST of natural filler text (data/filler/debian-licenses.json: "
                   "Debian's license texts, checked by size and SHA-256); default: 8 built-in "

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -154,12 +155,18 @@ RunResult run_items(Backend& backend, EvalMode& mode, const RunOptions& o) {
 }
 
 Tally tally(const RunResult& run, const std::string& condition, int modulus) {
+  return tally(run, std::vector<std::string>{condition}, modulus);
+}
+
+Tally tally(const RunResult& run, const std::vector<std::string>& conditions, int modulus) {
   Tally t;
   t.per_phase.assign(static_cast<size_t>(modulus), 0);
   std::vector<double> lp_sum(static_cast<size_t>(modulus), 0.0);
   std::vector<int64_t> lp_n(static_cast<size_t>(modulus), 0);
   for (const auto& [key, r] : run.latest) {
-    if (r.condition != condition || r.phase >= modulus) continue;
+    if (r.phase >= modulus ||
+        std::find(conditions.begin(), conditions.end(), r.condition) == conditions.end())
+      continue;
     if (!r.ok()) {
       if (t.errors++ == 0) t.first_error = r.error;
       continue;

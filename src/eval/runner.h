@@ -77,6 +77,8 @@ struct Tally {
   nlohmann::json mean_logprob_by_phase = nlohmann::json::array();  // null where none
 };
 Tally tally(const RunResult& run, const std::string& condition, int modulus);
+// The records of any of `conditions` together (e.g. every needle of a grid cell).
+Tally tally(const RunResult& run, const std::vector<std::string>& conditions, int modulus);
 
 // Throws phasekv::Error when a phase has no successful outcome (its statistics would be
 // undefined); the message says that a rerun retries the failed items.

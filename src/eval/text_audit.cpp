@@ -16,9 +16,9 @@ TextAuditMode::TextAuditMode(std::vector<TextAuditCell> cells, EvalRecord identi
   if (cells_.empty()) throw Error("internal: a text audit needs a cell");
 }
 
-TextKvTask& TextAuditMode::task_of(const std::string& condition) const {
+const TextAuditCell& TextAuditMode::cell_of(const std::string& condition) const {
   for (const auto& c : cells_)
-    if (c.condition == condition) return *c.task;
+    if (c.condition == condition) return c;
   throw Error("internal: no text audit cell '" + condition + "'");
 }
 
@@ -44,8 +44,10 @@ TextAuditPlan TextAuditMode::plan(const std::vector<EvalItem>& items) {
   for (const auto& it : items) {
     const auto key = std::pair{it.condition, it.example_id};
     auto s = shapes.find(key);
-    if (s == shapes.end())
-      s = shapes.emplace(key, task_of(it.condition).shape(it.example_id)).first;
+    if (s == shapes.end()) {
+      const TextAuditCell& cell = cell_of(it.condition);
+      s = shapes.emplace(key, cell.task->shape(it.example_id, cell.needle)).first;
+    }
     ++p.items;
     p.prompt_tokens += s->second.prompt_tokens;
     if (s->second.prompt_tokens > p.longest_prompt) {
@@ -71,7 +73,7 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
         pairs.push_back({batch[i].example_id, batch[i].phase});
       }
     if (at.empty()) continue;
-    std::vector<TextItem> built = cell.task->build(pairs);
+    std::vector<TextItem> built = cell.task->build(pairs, cell.needle);
     const std::vector<TextCheck> checked = cell.task->verify(built);
     for (size_t j = 0; j < at.size(); ++j) {
       items[at[j]] = std::move(built[j]);
@@ -142,6 +144,7 @@ std::vector<EvalRecord> TextAuditMode::evaluate(Backend& backend,
                     {"position_ok", checks[i].position_ok()}});
     if (!r.condition.empty()) r.extra["depth_measured"] = it.depth;
     if (it.filler_repeats) r.extra["filler_repeats"] = true;
+    if (cell_of(r.condition).task->needles() > 1) r.extra["needle"] = it.needle;
     if (o_.chat) {  // the rendered prompt (checked equal to these ids before it was sent)
       r.extra["prompt_tokens"] = it.tokens.size();
       r.extra["prompt_ids_fnv1a64"] = prompt_ids_hash(it.tokens);

@@ -25,11 +25,13 @@ struct TextAuditOptions {
 };
 
 
-// One cell of a long-document grid (`--context-tokens LIST --depths LIST`): its condition name
-// (records carry it; "" for an audit of one cell) and the task that builds its prompts.
+// One cell of a long-document grid (`--context-tokens LIST --depths LIST`), and with several
+// needles one per (grid cell, needle): its condition name (records carry it; "" for an audit of
+// one cell and one needle) and the task that builds its prompts.
 struct TextAuditCell {
   std::string condition;
   TextKvTask* task = nullptr;
+  int needle = 0;  // the target its questions ask for (multi-needle: one cell per needle)
 };
 
 // The prompts of a set of items, known before any is scored (TextAuditMode::plan).
@@ -55,7 +57,7 @@ class TextAuditMode : public EvalMode {
   TextAuditPlan plan(const std::vector<EvalItem>& items);
 
  private:
-  TextKvTask& task_of(const std::string& condition) const;
+  const TextAuditCell& cell_of(const std::string& condition) const;
   std::vector<TextAuditCell> cells_;
   EvalRecord identity_;
   TextAuditOptions o_;
