@@ -249,6 +249,23 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   EXPECT_NE(page.find("| stag | 1.000 / 1.000 / 0.0 pp"), std::string::npos) << page;
   EXPECT_NE(page.find("1 of 2 seeds |"), std::string::npos) << page;
   EXPECT_NE(page.find("Candidates from the suite `extra`"), std::string::npos) << page;
+  // --only keeps the baseline and the named rows, in the candidate suite's list too; an unknown
+  // name is refused with the allowed ones.
+  Comparison only = c;
+  keep_only(only, {"kv2"});
+  ASSERT_EQ(only.candidates.size(), 2u);
+  EXPECT_EQ(only.candidates[0].name, "W8S8");
+  EXPECT_EQ(only.candidates[1].name, "kv2");
+  EXPECT_EQ(only.candidate_suites[0].candidates, (std::vector<std::string>{"kv2"}));
+  EXPECT_EQ(comparison_markdown(only, o).find("| stag |"), std::string::npos);
+  try {
+    keep_only(only, {"stagg"});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--only stagg: no such candidate (allowed: kv2)"),
+              std::string::npos)
+        << e.what();
+  }
 
   // A seed the baseline suite lacks, and another task, are refused naming suite.json and the run.
   run("kv2-seed7", chunked(2), 7);
@@ -311,7 +328,7 @@ TEST(MitigationsReport, PageSectionAndParetoChart) {
   test::write_text(md, std::string("# Hand-written\n\nkept above\n\n") + kSectionBegin + "\nold\n" +
                            kSectionEnd + "\nkept below\n");
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(), svg.string(),
-                             "phasekv mitigations report ...", "test CPU", {}};
+                             "phasekv mitigations report ...", "test CPU", {}, {}};
   const Comparison c = write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
   EXPECT_EQ(page.rfind("# Hand-written\n\nkept above\n\n", 0), 0u) << page;
@@ -354,7 +371,7 @@ TEST(MitigationsReport, NoCandidateMeetingNamesTheClosest) {
   fs::remove_all(t.inference / "W8S8/prefix/ensemble4");
   const fs::path md = t.root / "page.md";  // a new file: the section alone
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
-                             (t.root / "p.svg").string(), "cmd", "", {}};
+                             (t.root / "p.svg").string(), "cmd", "", {}, {}};
   write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
   EXPECT_EQ(page.rfind(kSectionBegin, 0), 0u);
@@ -375,7 +392,7 @@ TEST(MitigationsReport, NoSettingOnAnySeedNamesNoClosest) {
   fs::remove_all(t.inference / "W8S8/prefix/ensemble4");  // the only setting that met it (seed 0)
   const fs::path md = t.root / "page.md";
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
-                             (t.root / "p.svg").string(), "cmd", "", {}};
+                             (t.root / "p.svg").string(), "cmd", "", {}, {}};
   write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
   EXPECT_NE(page.find("**On the suite's seeds, no candidate is shown to meet the target.**"),
@@ -419,7 +436,7 @@ TEST(MitigationsReport, BadInputNamesTheFileAndKey) {
   const fs::path md = t.root / "hand.md";
   test::write_text(md, "# only hand-written text\n");
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
-                             (t.root / "p.svg").string(), "cmd", "", {}};
+                             (t.root / "p.svg").string(), "cmd", "", {}, {}};
   try {
     write_mitigations_report(o, engine_cost);
     FAIL() << "no error";

@@ -42,7 +42,7 @@ void register_mitigations(CLI::App& app) {
   struct ReportArgs {
     std::string suite = "runs/repro/study", inference = "runs/mitigations-study";
     std::string out = "docs/MITIGATIONS.md", svg = "docs/mitigations/pareto.svg";
-    std::vector<std::string> candidates;
+    std::vector<std::string> candidates, only;
   };
   auto r = std::make_shared<ReportArgs>();
   auto* report = cmd->add_subcommand(
@@ -58,6 +58,9 @@ void register_mitigations(CLI::App& app) {
                      "the --out of another `phasekv repro` suite whose runs are architecture "
                      "candidates on the baseline's seeds (e.g. configs/repro/mitigations.toml's); "
                      "repeatable");
+  report->add_option("--only", r->only,
+                     "keep only these candidates' rows besides the baseline (names as in the "
+                     "page; repeatable), for a page about a few candidates");
   report->callback([r] {
     MitigationsReportOptions o;
     o.suite_dir = r->suite;
@@ -68,6 +71,8 @@ void register_mitigations(CLI::App& app) {
     o.command = fmt::format("phasekv mitigations report --suite {} --inference {} --out {} --svg {}",
                             r->suite, r->inference, r->out, r->svg);
     for (const auto& d : r->candidates) o.command += " --candidates " + d;
+    for (const auto& n : r->only) o.command += " --only " + n;
+    o.only = r->only;
     o.cpu = cpu_description();
     const Comparison c = write_mitigations_report(o, engine_cost);
     int with = 0;

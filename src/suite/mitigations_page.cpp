@@ -377,11 +377,35 @@ std::string pareto_svg(const Comparison& c) {
   return scatter_svg(chart);
 }
 
+void keep_only(Comparison& c, const std::vector<std::string>& names) {
+  std::string allowed;
+  for (size_t i = 1; i < c.candidates.size(); ++i)
+    allowed += (allowed.empty() ? "" : ", ") + c.candidates[i].name;
+  for (const auto& n : names) {
+    const bool known = std::any_of(c.candidates.begin() + 1, c.candidates.end(),
+                                   [&](const Candidate& x) { return x.name == n; });
+    if (!known)
+      throw Error(fmt::format("--only {}: no such candidate (allowed: {})", n, allowed));
+  }
+  auto wanted = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  std::vector<Candidate> kept = {c.candidates.front()};
+  for (size_t i = 1; i < c.candidates.size(); ++i)
+    if (wanted(c.candidates[i].name)) kept.push_back(std::move(c.candidates[i]));
+  c.candidates = std::move(kept);
+  for (auto& cs : c.candidate_suites)
+    cs.candidates.erase(std::remove_if(cs.candidates.begin(), cs.candidates.end(),
+                                       [&](const std::string& n) { return !wanted(n); }),
+                        cs.candidates.end());
+}
+
 Comparison write_mitigations_report(const MitigationsReportOptions& o, const CostFn& cost) {
   const SuiteResults suite = load_suite_results(o.suite_dir);
   Comparison c = build_comparison(suite, o.suite_dir, o.inference_dir, cost);
   for (const auto& dir : o.candidate_dirs)
     add_candidate_suite(c, suite, load_suite_results(dir), dir, cost);
+  if (!o.only.empty()) keep_only(c, o.only);
   const std::string page = splice(o.out_md, comparison_markdown(c, o));
   write_file_atomic(o.out_svg, pareto_svg(c));
   write_file_atomic(o.out_md, page);
