@@ -217,6 +217,9 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   run("stag", staggered, 0);
   run("stag-seed1", staggered, 1);
   run("kv2", chunked(2), 0);
+  ModelConfig heads = chunked(2);
+  heads.layers[1].kv_head_offsets = {0, 4};
+  run("kv2-heads", heads, 0);
   auto write_suite = [&] {
     test::write_text(extra / "suite.json",
                      json{{"name", "extra"}, {"modulus", kM}, {"examples", kExamples}, {"seed", 0},
@@ -233,9 +236,12 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   Comparison c = t.build();
   add_candidate_suite(c, base, load_suite_results(extra.string()), extra.string(), engine_cost);
   ASSERT_EQ(c.candidate_suites.size(), 1u);
-  EXPECT_EQ(c.candidate_suites[0].candidates, (std::vector<std::string>{"stag", "kv2"}));
+  EXPECT_EQ(c.candidate_suites[0].candidates,
+            (std::vector<std::string>{"stag", "kv2", "kv2-heads"}));
   const Candidate& stag = find(c, "stag");
   EXPECT_EQ(stag.what, "layers.1.grid_offset = 4");
+  // A list of numbers is one value, a list of layers element by element.
+  EXPECT_EQ(find(c, "kv2-heads").what, "layers.1.kv_head_offsets = [0,4], n_kv_heads = 2");
   EXPECT_TRUE(judge(c, stag, "prefix")->met());  // flat, same bytes, higher mean
   // kv2: flat too, but 2x the cache bytes of the baseline's 1 KV head.
   const TargetCheck kv2 = *judge(c, find(c, "kv2"), "prefix");
@@ -257,7 +263,9 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   EXPECT_EQ(only.candidates[0].name, "W8S8");
   EXPECT_EQ(only.candidates[1].name, "kv2");
   EXPECT_EQ(only.candidate_suites[0].candidates, (std::vector<std::string>{"kv2"}));
-  EXPECT_EQ(comparison_markdown(only, o).find("| stag |"), std::string::npos);
+  const std::string only_page = comparison_markdown(only, o);
+  EXPECT_EQ(only_page.find("| stag |"), std::string::npos);
+  EXPECT_EQ(only_page.find("| ensemble4 |"), std::string::npos) << "inference rows not kept";
   try {
     keep_only(only, {"stagg"});
     ADD_FAILURE() << "no error";

@@ -69,7 +69,9 @@ void model_diff(const json& model, const json& base, const std::string& path,
     for (auto it = model.begin(); it != model.end(); ++it)
       model_diff(it.value(), base.is_object() && base.contains(it.key()) ? base[it.key()] : json(),
                  path.empty() ? it.key() : path + "." + it.key(), out);
-  } else if (model.is_array()) {
+  } else if (model.is_array() &&
+             std::any_of(model.begin(), model.end(), [](const json& e) { return e.is_structured(); })) {
+    // Arrays of objects (layers) element by element; lists of numbers (kv_head_offsets) whole.
     for (size_t i = 0; i < model.size(); ++i)
       model_diff(model[i], base.is_array() && i < base.size() ? base[i] : json(),
                  path + "." + std::to_string(i), out);
@@ -285,12 +287,12 @@ Comparison build_comparison(const SuiteResults& suite, const std::string& suite_
   const std::string& judged = c.paddings.front();
   for (const auto& name : runs) {
     const RunData& r = *find_run(name);
-    SeedSweep plain{name, "plain", std::nullopt};
+    SeedSweep plain{name, "plain", std::nullopt, std::nullopt};
     if (r.sweeps.count(judged)) plain.prefix = r.sweeps.at(judged).summary;
     c.seed_sweeps.push_back(plain);
     for (const auto& setting : kInferenceSettings) {
       const std::string dir = inference_dir + "/" + name + "/" + judged + "/" + setting;
-      SeedSweep s{name, setting, std::nullopt};
+      SeedSweep s{name, setting, std::nullopt, std::nullopt};
       if (auto d = read_sweep_dir(dir)) {
         check_inference_sweep(*d, dir + "/summary.json", suite.suite, r, judged, setting, false);
         s.prefix = d->summary;

@@ -169,7 +169,12 @@ std::vector<SeedCheck> seed_checks(const Comparison& c, const std::string& setti
 // The rows of the per-seed table: the plain model, the inference settings, then the candidate
 // suites' candidates.
 std::vector<std::string> seed_settings(const Comparison& c, bool with_plain) {
-  std::vector<std::string> out = kInferenceSettings;
+  std::vector<std::string> out;
+  for (const auto& s : kInferenceSettings)  // those mitigations report --only kept
+    if (std::any_of(c.candidates.begin(), c.candidates.end(), [&](const Candidate& x) {
+          return x.name == std::string(kBaselineRun) + " + " + s;
+        }))
+      out.push_back(s);
   if (with_plain) out.insert(out.begin(), "plain");
   for (const auto& cs : c.candidate_suites)
     out.insert(out.end(), cs.candidates.begin(), cs.candidates.end());
