@@ -469,30 +469,38 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
 // ---------------------------------------------------------------------------------------------
 // text: real tokenizers.
 
+// The phase summary of a set of outcomes as audit.json's "cells" and "needles" rows give it.
+json summary_row(const PhaseSummary& s, int64_t outcomes, int64_t errors) {
+  return {{"outcomes", outcomes},
+          {"errors", errors},
+          {"mean_acc", s.mean_acc},
+          {"worst_phase", s.worst_phase},
+          {"worst_acc", s.worst_acc},
+          {"best_phase", s.best_phase},
+          {"gap_pp", s.gap_pp},
+          {"detected_period", s.period.detected > 0 ? json(s.period.detected) : json(nullptr)},
+          {"period_p_value", s.period.p_value}};
+}
+
 // One cell of the long-document grid after the run: its phase summary, for audit.json and the
-// depth x length table.
-json cell_json(const DocCell& c, const PhaseSummary& s, const Tally& t, const RunResult& run) {
+// depth x length table. The measured depth is read from `depth_condition`'s records: the cell's
+// own, or with several needles needle 0's (the one placed at the depth).
+json cell_json(const DocCell& c, const std::string& depth_condition, const PhaseSummary& s,
+               const Tally& t, const RunResult& run) {
   double depth = 0;
   int64_t n = 0;
   for (const auto& [key, r] : run.latest)
-    if (r.condition == c.condition && r.extra.contains("depth_measured")) {
+    if (r.condition == depth_condition && r.extra.contains("depth_measured")) {
       depth += r.extra["depth_measured"].get<double>();
       ++n;
     }
-  return {
+  json row = {
       {"condition", c.condition},
       {"context_tokens", c.context_tokens},
       {"depth_pct", c.depth_pct < 0 ? json(nullptr) : json(c.depth_pct)},
-      {"depth_measured_pct", n > 0 ? json(100.0 * depth / static_cast<double>(n)) : json(nullptr)},
-      {"outcomes", static_cast<int64_t>(t.outcomes.size())},
-      {"errors", t.errors},
-      {"mean_acc", s.mean_acc},
-      {"worst_phase", s.worst_phase},
-      {"worst_acc", s.worst_acc},
-      {"best_phase", s.best_phase},
-      {"gap_pp", s.gap_pp},
-      {"detected_period", s.period.detected > 0 ? json(s.period.detected) : json(nullptr)},
-      {"period_p_value", s.period.p_value}};
+      {"depth_measured_pct", n > 0 ? json(100.0 * depth / static_cast<double>(n)) : json(nullptr)}};
+  row.update(summary_row(s, static_cast<int64_t>(t.outcomes.size()), t.errors));
+  return row;
 }
 
 // The depth x length table: per cell the worst phase, its accuracy and the gap.
@@ -578,18 +586,10 @@ json needle_rows(const std::vector<std::vector<std::string>>& cell_conditions,
         outcomes.push_back(o);
       }
     }
-    const PhaseSummary s = summarize(outcomes, modulus, stride, stats);
-    rows.push_back({{"needle", n},
-                    {"outcomes", static_cast<int64_t>(outcomes.size())},
-                    {"errors", errors},
-                    {"mean_acc", s.mean_acc},
-                    {"worst_phase", s.worst_phase},
-                    {"worst_acc", s.worst_acc},
-                    {"best_phase", s.best_phase},
-                    {"gap_pp", s.gap_pp},
-                    {"detected_period", s.period.detected > 0 ? json(s.period.detected)
-                                                              : json(nullptr)},
-                    {"period_p_value", s.period.p_value}});
+    json row = {{"needle", n}};
+    row.update(summary_row(summarize(outcomes, modulus, stride, stats),
+                           static_cast<int64_t>(outcomes.size()), errors));
+    rows.push_back(row);
   }
   return rows;
 }
@@ -716,7 +716,8 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
     require_every_phase(t, run.path);
     if (cells.size() > 1)
       cell_rows.push_back(
-          cell_json(cells[i], summarize(t.outcomes, a.modulus, a.stride, stats), t, run));
+          cell_json(cells[i], cell_conditions[i].front(),
+                    summarize(t.outcomes, a.modulus, a.stride, stats), t, run));
     for (PhaseOutcome o : t.outcomes) {
       o.example_id += static_cast<int64_t>(i) * a.examples;
       pooled.outcomes.push_back(o);
