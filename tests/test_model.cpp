@@ -208,6 +208,37 @@ TEST(Compressor, EntryPoolsExactlyItsWindow) {
   }
 }
 
+// Entry 0 with W > S: its earlier lane's slots lie before position 0. They are excluded from the
+// softmax (weight exactly 0, the valid slots' weights a softmax of their own scores), not given
+// a zero score or a zero payload that would still take weight (a bug seen in other ports).
+TEST(Compressor, FirstEntryExcludesSlotsBeforePositionZero) {
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 8;
+  a.entry_norm = false;
+  a.entry_rope = EntryRope::kNone;
+  auto cfg = tiny_config(a);
+  auto m = make_model(cfg, 6);
+  auto& attn = m->blocks[0]->attn;
+  torch::NoGradGuard g;
+  auto x = torch::randn({1, 8, cfg.d_model});
+  auto k_lin = attn->wk(x);
+  auto tokens = attn->comp->project(x, k_lin, attn->wv(x), 0);
+  auto w = attn->comp->pool_weights(tokens, 0, 0, 1, 0)[0][0];  // [W, Hkv]
+  auto K = attn->comp->pool(tokens, 0, 0, 1, 0).first[0];       // [Hkv, 1, hd]
+  for (int64_t h = 0; h < 2; ++h) {
+    EXPECT_EQ(w.narrow(0, 0, 4).select(1, h).abs().sum().item<double>(), 0.0) << "head " << h;
+    // Token p (p < 4) sits in slot 4 + p of entry 0 and scores gk[p][4 + p].
+    auto own = torch::stack({tokens.gk[0][0][4][h], tokens.gk[0][1][5][h], tokens.gk[0][2][6][h],
+                             tokens.gk[0][3][7][h]});
+    auto expect_w = torch::softmax(own, 0);
+    EXPECT_LT(max_abs_diff(w.narrow(0, 4, 4).select(1, h), expect_w), 1e-6) << "head " << h;
+    auto expect_k = (expect_w.unsqueeze(1) * k_lin[0].narrow(0, 0, 4).narrow(1, h * 8, 8)).sum(0);
+    EXPECT_LT(max_abs_diff(K[h][0], expect_k), 1e-6) << "head " << h;
+  }
+}
+
 // The study's kernel: slot i's token enters entry j as C_i x (payload = per_slot). With mean
 // pooling, no entry norm and no RoPE, entry j is exactly the mean over its slots of C_i x_i, for
 // W = S, for two lanes (W = 2S) and for a width that is not a multiple of the stride (W = 6, whose

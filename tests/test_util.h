@@ -189,6 +189,35 @@ inline ModelConfig small_kv_model_config(int max_context) {
   return cfg;
 }
 
+// A tiny DeepSeek-V4-style stack: a raw-window layer, a CSA layer (S4/W8, vector gates, shared
+// K = V latent, top-2 of its entries chosen by an indexer, a 4-token raw window, a sink) and an
+// HCA layer (S = W = 8, all entries), one KV head, partial RoPE.
+inline ModelConfig v4_style_config() {
+  AttentionConfig win;
+  win.kind = AttentionKind::kWindow;
+  win.n_win = 4;
+  AttentionConfig csa;
+  csa.kind = AttentionKind::kChunked;
+  csa.stride = 4;
+  csa.width = 8;
+  csa.gate = GateKind::kVector;
+  csa.tied_kv = true;
+  csa.n_win = 4;
+  csa.sink = true;
+  csa.index_topk = 2;
+  csa.index_heads = 2;
+  csa.index_dim = 8;
+  AttentionConfig hca = csa;
+  hca.stride = 8;
+  hca.width = 8;
+  hca.index_topk = 0;
+  ModelConfig cfg = tiny_config(csa, 1);
+  cfg.n_layers = 3;
+  cfg.layers = {win, csa, hca};
+  cfg.rope_dims = 4;
+  return cfg;
+}
+
 struct Variant {
   std::string name;
   ModelConfig cfg;
@@ -350,6 +379,18 @@ inline std::vector<Variant> all_variants() {
     b.uncompressed_tail = true;
     b.n_win = 0;
     add("chunked_W8_kv_head_offsets_4kv_tail_vector", b, 4);
+  }
+  v.push_back({"v4_hybrid_window_csa_topk_hca", v4_style_config()});
+  {
+    // An indexed layer with per-slot maps, two KV heads, no raw window (early queries see
+    // nothing) and top-1: the selection changes at almost every entry.
+    auto a = c;
+    a.payload = PayloadKind::kPerSlot;
+    a.n_win = 0;
+    a.index_topk = 1;
+    a.index_heads = 3;
+    a.index_dim = 6;
+    add("chunked_per_slot_indexed_top1_nwin0", a);
   }
   {
     auto a = c;

@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "kernels/compute_threads.h"
 #include "model/model_dir.h"
 #include "runtime/session.h"
 #include "util/error.h"
@@ -52,7 +53,7 @@ LocalBackend::LocalBackend(Decoder model, std::optional<WordTokenizer> tokenizer
     throw Error("model " + name_ + ": tokenizer.json has " + std::to_string(tokenizer_->size()) +
                 " tokens but the model's vocab_size is " + std::to_string(model_->cfg.vocab_size));
   // Debian's libtorch defaults to one thread; the setting is process-wide.
-  at::set_num_threads(threads_);
+  kernels::set_compute_threads(threads_);
   model_->eval();
 }
 

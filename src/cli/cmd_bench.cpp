@@ -73,6 +73,9 @@ void add_stream(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   PHASEKV_BENCH_OPTION(cmd, f, "--decode-tokens", decode_tokens, "timed decode steps");
   PHASEKV_BENCH_OPTION(cmd, f, "--d-model", stream_d_model, "streaming model: d_model");
   PHASEKV_BENCH_OPTION(cmd, f, "--layers", stream_layers, "streaming model: layers");
+  PHASEKV_BENCH_OPTION(cmd, f, "--config", stream_config,
+                       "stream this model config (JSON) against itself with full attention in "
+                       "every layer, instead of the built-in chunked stack (--d-model, --layers)");
 }
 
 void add_eval(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {

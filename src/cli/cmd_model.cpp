@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "cli/commands.h"
 
+#include "kernels/compute_threads.h"
 #include "model/model_dir.h"
 #include "model/precision.h"
 #include "runtime/session.h"
@@ -19,7 +21,7 @@ namespace phasekv::cli {
 void set_threads(int n) {
   flush_denormals();  // model/precision.h
   if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  at::set_num_threads(n);
+  kernels::set_compute_threads(n);
 }
 
 CLI::Validator compute_threads() {
@@ -111,6 +113,8 @@ void register_info(CLI::App& app) {
         "layer", "attention", "raw", "entries", "partial", "total");
     int64_t total = 0, full_total = 0;
     AttentionConfig full;
+    // Per layer kind (a hybrid stack such as DeepSeek-V4's mixes them): layers and bytes.
+    std::map<std::string, std::pair<int, int64_t>> kinds;
     for (int i = 0; i < c.n_layers; ++i) {
       const auto& a = c.layers[static_cast<size_t>(i)];
       auto b = cache_bytes_theory(c, a, *context, 4);
@@ -118,8 +122,17 @@ void register_info(CLI::App& app) {
       full_total += cache_bytes_theory(c, full, *context, 4).total();
       std::cout << fmt::format("  {:>5}  {:<60} {:>12} {:>12} {:>10} {:>12}\n", i, describe(a),
                                b.raw, b.entries, b.pending, b.total());
+      const std::string kind = a.kind != AttentionKind::kChunked ? to_string(a.kind)
+                               : a.indexed() ? fmt::format("chunked S={} top-k", a.stride)
+                                             : fmt::format("chunked S={}", a.stride);
+      ++kinds[kind].first;
+      kinds[kind].second += b.total();
     }
-    std::cout << fmt::format("  total {} bytes ({:.3f} of full attention's {} bytes)\n", total,
+    for (const auto& [kind, n] : kinds)
+      std::cout << fmt::format("  {:<24} {:>2} layers {:>14} bytes ({:.4f} of total)\n", kind,
+                               n.first, n.second,
+                               total ? static_cast<double>(n.second) / total : 0.0);
+    std::cout << fmt::format("  total {} bytes ({:.4f} of full attention's {} bytes)\n", total,
                              full_total ? static_cast<double>(total) / full_total : 0.0,
                              full_total);
   });

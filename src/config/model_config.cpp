@@ -20,7 +20,7 @@ const std::set<std::string> kModelKeys = {
 const std::set<std::string> kAttentionKeys = {
     "kind",       "stride",     "width", "gate", "gate_bias",        "tied_kv_gates",
     "entry_norm", "entry_rope", "n_win", "sink", "uncompressed_tail", "payload", "tied_kv",
-    "payload_norm", "grid_offset", "kv_head_offsets"};
+    "payload_norm", "grid_offset", "kv_head_offsets", "index_topk", "index_heads", "index_dim"};
 
 using json_read::check_keys;
 using json_read::read;
@@ -55,6 +55,9 @@ AttentionConfig attention_from_json(const json& j, AttentionConfig a, const std:
   read(j, "tied_kv", a.tied_kv, where);
   read(j, "payload_norm", a.payload_norm, where);
   read(j, "grid_offset", a.grid_offset, where);
+  read(j, "index_topk", a.index_topk, where);
+  read(j, "index_heads", a.index_heads, where);
+  read(j, "index_dim", a.index_dim, where);
   if (j.contains("kv_head_offsets")) {
     const json& v = j.at("kv_head_offsets");
     if (!v.is_array())
@@ -89,6 +92,11 @@ json attention_to_json(const AttentionConfig& a) {
   if (a.payload_norm) j["payload_norm"] = true;
   if (a.grid_offset != 0) j["grid_offset"] = a.grid_offset;
   if (!a.kv_head_offsets.empty()) j["kv_head_offsets"] = a.kv_head_offsets;
+  if (a.index_topk > 0) {
+    j["index_topk"] = a.index_topk;
+    j["index_heads"] = a.index_heads;
+    j["index_dim"] = a.index_dim;
+  }
   return j;
 }
 
@@ -137,6 +145,8 @@ std::string describe(const AttentionConfig& a) {
     for (size_t h = 0; h < a.kv_head_offsets.size(); ++h)
       s += (h ? "," : "") + std::to_string(a.kv_head_offsets[h]);
   }
+  if (a.indexed())
+    s += fmt::format(" top-k={} index={}x{}", a.index_topk, a.index_heads, a.index_dim);
   return s;
 }
 
@@ -176,6 +186,9 @@ void validate(const ModelConfig& c, const std::string& where) {
     if (!a.kv_head_offsets.empty() && a.kind != AttentionKind::kChunked)
       throw Error(w + ": 'kv_head_offsets' applies to chunked layers only (this is a " +
                   to_string(a.kind) + " layer)");
+    if (a.index_topk != 0 && a.kind != AttentionKind::kChunked)
+      throw Error(w + ": 'index_topk' applies to chunked layers only (this is a " +
+                  to_string(a.kind) + " layer)");
     if (a.kind == AttentionKind::kWindow && a.n_win < 1)
       throw Error(w + ": a window layer needs n_win >= 1");
     if (a.kind != AttentionKind::kChunked) continue;
@@ -198,6 +211,19 @@ void validate(const ModelConfig& c, const std::string& where) {
         if (a.kv_head_offsets[h] < 0 || a.kv_head_offsets[h] >= a.stride)
           throw Error(fmt::format("{}: kv_head_offsets[{}] must be in [0, stride) = [0, {}), got {}",
                                   w, h, a.stride, a.kv_head_offsets[h]));
+    }
+    if (a.index_topk < 0)
+      throw Error(w + ": 'index_topk' must be >= 0 (0 = every visible entry), got " +
+                  std::to_string(a.index_topk));
+    if (a.indexed()) {
+      if (a.index_heads < 1)
+        throw Error(w + ": 'index_heads' must be >= 1, got " + std::to_string(a.index_heads));
+      if (a.index_dim < 2 || a.index_dim % 2 != 0)
+        throw Error(w + ": 'index_dim' must be an even number >= 2 (its queries and keys are "
+                        "rotated), got " + std::to_string(a.index_dim));
+      if (!a.kv_head_offsets.empty())
+        throw Error(w + ": 'index_topk' selects one set of entries for all heads, so it needs one "
+                        "grid: remove 'kv_head_offsets'");
     }
     if (a.tied_kv && a.tied_kv_gates)
       throw Error(w + ": 'tied_kv' has no value branch, so 'tied_kv_gates' cannot apply (set one)");
@@ -226,6 +252,28 @@ std::vector<GridGroup> grid_groups(const ModelConfig& m, const AttentionConfig& 
     ++out.back().heads;
   }
   return out;
+}
+
+ModelConfig indexer_model(const ModelConfig& m, const AttentionConfig& a) {
+  ModelConfig im = m;
+  im.n_heads = a.index_heads;
+  im.n_kv_heads = 1;
+  im.head_dim = a.index_dim;
+  // Rotate as many dims as the layer does, at most all of the indexer's (kept even).
+  im.rope_dims = std::min(m.rotary_dims(), a.index_dim) / 2 * 2;
+  im.layers.clear();
+  return im;
+}
+
+AttentionConfig indexer_attention(const AttentionConfig& a) {
+  AttentionConfig ia = a;
+  ia.tied_kv = true;  // keys only: the indexer never reads values
+  ia.tied_kv_gates = false;
+  ia.n_win = 0;
+  ia.uncompressed_tail = false;
+  ia.sink = false;
+  ia.index_topk = 0;
+  return ia;
 }
 
 double min_parameter_count(const ModelConfig& c) {

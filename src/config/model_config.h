@@ -46,8 +46,15 @@ struct AttentionConfig {
   // no position at an entry boundary of every head. Consecutive heads with equal offsets form a
   // grid group (grid_groups below).
   std::vector<int> kv_head_offsets;
+  // CSA top-k (DeepSeek-V4): a light indexer with its own compressor scores the visible entries
+  // for each query and the attention uses only the index_topk best (plus the raw window and the
+  // sink). 0 = dense: every visible entry (docs/ARCHITECTURE.md section 5, "Indexer").
+  int index_topk = 0;
+  int index_heads = 4;  // indexer query heads, each with a weight from the query's hidden state
+  int index_dim = 16;   // width of the indexer's queries and compressed keys
 
   int lanes() const { return (width + stride - 1) / stride; }
+  bool indexed() const { return kind == AttentionKind::kChunked && index_topk > 0; }
 };
 
 struct ModelConfig {
@@ -83,6 +90,12 @@ struct GridGroup {
 // The layer's groups: one (all heads, the layer's own config) without kv_head_offsets; else the
 // runs of consecutive heads with equal offsets, in head order.
 std::vector<GridGroup> grid_groups(const ModelConfig& m, const AttentionConfig& a);
+
+// The indexer of an indexed layer (a.indexed()) as a model and a layer of its own: one KV head of
+// width index_dim and index_heads query heads; its compressor is the layer's (same S, W, gate,
+// payload kind, entry norm and RoPE) with tied K/V (keys only), no raw window, tail or sink.
+ModelConfig indexer_model(const ModelConfig& m, const AttentionConfig& a);
+AttentionConfig indexer_attention(const AttentionConfig& a);
 
 // Parses and validates; `where` names the source (a file path) in error messages. Unknown keys,
 // wrong types and out-of-range values throw phasekv::Error naming the key and what is allowed.

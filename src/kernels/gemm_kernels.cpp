@@ -7,11 +7,13 @@
 // layers' entry attention of the small model, [128 x 16] x [16 x 8] per sequence, is mostly
 // per-call overhead (~180 us per bmm of 128 such products, against ~60-80 us here).
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "kernels/compute_threads.h"
 #include "kernels/gemm_choice.h"
 #include "kernels/simd.h"
 
@@ -165,5 +167,14 @@ template void small_batched_gemm<float>(const float*, const float*, float*, int6
                                         int64_t, int64_t, bool, bool);
 template void small_batched_gemm<double>(const double*, const double*, double*, int64_t, int64_t,
                                          int64_t, int64_t, bool, bool);
+
+void set_compute_threads(int n) {
+  at::set_num_threads(n);
+  // Looked up at run time: phasekv does not link OpenBLAS itself, libtorch's BLAS may be another.
+  using SetThreads = void (*)(int);
+  static const auto openblas =
+      reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (openblas) openblas(n);
+}
 
 }  // namespace phasekv::kernels

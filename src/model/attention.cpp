@@ -14,10 +14,13 @@ torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
                                const torch::Tensor& q_pos, const torch::Tensor& ek,
                                const torch::Tensor& ev, const torch::Tensor& rk,
                                const torch::Tensor& rv, const torch::Tensor& r_pos,
-                               const torch::Tensor& sink) {
+                               const torch::Tensor& sink, const torch::Tensor& entry_select,
+                               torch::Tensor* entry_mass) {
   TORCH_CHECK(a.kv_head_offsets.empty(), kOneGridOnly);
   const int64_t B = q.size(0), H = q.size(1), Tq = q.size(2), hd = q.size(3);
   const bool has_e = ek.defined() && ek.size(2) > 0, has_r = rk.defined() && rk.size(2) > 0;
+  const int64_t E = has_e ? ek.size(2) : 0;
+  if (entry_mass) *entry_mass = torch::zeros({B, Tq, E}, q.options());
   if (!has_e && !has_r) return torch::zeros_like(q);
   const int64_t Hkv = has_e ? ek.size(1) : rk.size(1), G = H / Hkv;
   // Grouped-query attention without copying K/V: query heads are grouped [B, Hkv, G, Tq, hd].
@@ -25,29 +28,45 @@ torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
   std::vector<torch::Tensor> scores, masks;
   if (has_e) {
     scores.push_back(torch::matmul(qg, ek.unsqueeze(2).transpose(-1, -2)));
-    masks.push_back(entry_visibility(a, q_pos, 0, ek.size(2)));
+    masks.push_back(entry_visibility(a, q_pos, 0, E));
   }
   if (has_r) {
     scores.push_back(torch::matmul(qg, rk.unsqueeze(2).transpose(-1, -2)));
     masks.push_back(raw_visibility(a, q_pos, r_pos));
   }
   auto s = torch::cat(scores, -1);
-  auto mask = torch::cat(masks, -1).to(q.device());  // [Tq, N]
+  auto visible = torch::cat(masks, -1).to(q.device());  // [Tq, N]
   const int64_t N = s.size(-1);
   // A query that sees no key (chunked, n_win = 0, t < S-1) must output 0, not NaN: let it
-  // "see" everything to keep the softmax finite, then zero its weights.
-  auto sees_any = mask.any(-1, /*keepdim=*/true);
-  s = s.masked_fill(~(mask | ~sees_any), -INFINITY);
-  if (sink.defined()) {
-    auto col = sink.to(s.scalar_type()).view({1, Hkv, G, 1, 1}).expand({B, Hkv, G, Tq, 1});
-    s = torch::cat({s, col}, -1);
+  // "see" everything to keep the softmax finite, then zero its weights. An indexed query that
+  // sees an entry has at least one selected (index_topk >= 1), so selection keeps this set.
+  auto sees_any = visible.any(-1, /*keepdim=*/true);
+  auto weights = [&](const torch::Tensor& mask) {  // [Tq, N] or [B, 1, 1, Tq, N]
+    auto m = s.masked_fill(~(mask | ~sees_any), -INFINITY);
+    if (sink.defined()) {
+      auto col = sink.to(s.scalar_type()).view({1, Hkv, G, 1, 1}).expand({B, Hkv, G, Tq, 1});
+      m = torch::cat({m, col}, -1);
+    }
+    return torch::softmax(m, -1).narrow(-1, 0, N) * sees_any.to(s.scalar_type());
+  };
+  torch::Tensor p;
+  if (has_e && entry_select.defined()) {
+    auto select = torch::ones({B, Tq, N}, visible.options());
+    select.narrow(-1, 0, E).copy_(entry_select);
+    p = weights((visible.unsqueeze(0) & select).view({B, 1, 1, Tq, N}));
+  } else {
+    p = weights(visible);
   }
-  auto p = torch::softmax(s, -1).narrow(-1, 0, N) * sees_any.to(s.scalar_type());
+  if (entry_mass && has_e) {
+    torch::NoGradGuard no_grad;
+    auto dense = entry_select.defined() ? weights(visible) : p;
+    *entry_mass = dense.detach().narrow(-1, 0, E).sum({1, 2});
+  }
   torch::Tensor out;
   int64_t off = 0;
   if (has_e) {
-    out = torch::matmul(p.narrow(-1, 0, ek.size(2)), ev.unsqueeze(2));
-    off = ek.size(2);
+    out = torch::matmul(p.narrow(-1, 0, E), ev.unsqueeze(2));
+    off = E;
   }
   if (has_r) {
     auto o = torch::matmul(p.narrow(-1, off, rk.size(2)), rv.unsqueeze(2));
@@ -55,6 +74,33 @@ torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
   }
   return out.reshape({B, H, Tq, hd});
 }
+
+namespace {
+
+// Pools the entries completed by tokens up to t_end (only the new ones: finished entries are
+// never recomputed) and keeps the projected tokens the next entries still need. The layer's
+// compressor (per grid group) and an indexer's both go through here; keep_values = false keeps
+// only the keys (the indexer's).
+void extend_entries(CompressorImpl& comp, const AttentionConfig& a, const CompressorTokens& tokens,
+                    LayerCache& c, int64_t t_end, bool keep_values) {
+  if (c.pending.length() == 0) c.pending_start = c.n_tokens;
+  c.pending.append(tokens);
+  const int64_t done = c.n_entries(), complete = complete_entries(a, t_end);
+  if (complete > done) {
+    auto [k, v] = comp.pool(c.pending.tokens(), c.pending_start, done, complete, a.grid_offset);
+    c.ent_k.append(k);
+    if (keep_values) c.ent_v.append(v);
+  }
+  // The next entry's window starts at complete*S + S - W - o; older projected tokens are done.
+  const int64_t keep =
+      std::max<int64_t>(0, complete * a.stride + a.stride - a.width - a.grid_offset);
+  if (keep > c.pending_start) {
+    c.pending.drop_front(std::min(keep - c.pending_start, c.pending.length()));
+    c.pending_start = keep;
+  }
+}
+
+}  // namespace
 
 AttentionImpl::AttentionImpl(const ModelConfig& m, const AttentionConfig& attn)
     : cfg(attn),
@@ -74,6 +120,7 @@ AttentionImpl::AttentionImpl(const ModelConfig& m, const AttentionConfig& attn)
   if (cfg.kind == AttentionKind::kChunked) {
     if (cfg.sink) sink = register_parameter("sink", torch::zeros({n_heads}));
     comp = register_module("comp", Compressor(m, attn));
+    if (cfg.indexed()) indexer = register_module("index", Indexer(m, attn));
   }
 }
 
@@ -131,6 +178,22 @@ torch::Tensor AttentionImpl::probed_output(const torch::Tensor& heads, Attention
   return out;
 }
 
+torch::Tensor AttentionImpl::attend_indexed(const IndexerImpl::Tokens& idx,
+                                            const torch::Tensor& ik, const torch::Tensor& q,
+                                            const torch::Tensor& pos, const torch::Tensor& ek,
+                                            const torch::Tensor& ev, const torch::Tensor& rk,
+                                            const torch::Tensor& rv, const torch::Tensor& r_pos,
+                                            const torch::Tensor& sk) {
+  auto scores = indexer->scores(idx, ik);  // [B, Tq, E]
+  auto selected = select_entries(cfg, scores, pos);
+  const bool train = is_training() && torch::GradMode::is_enabled();
+  torch::Tensor mass;
+  auto out = attend_reference(cfg, q, pos, ek, ev, rk, rv, r_pos, sk, selected,
+                              train ? &mass : nullptr);
+  last_index_loss = train ? index_loss(cfg, scores, mass, pos) : torch::Tensor();
+  return out;
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* probe) {
   const int64_t T = x.size(1), Gq = n_heads / n_kv;
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
@@ -153,6 +216,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* pro
     if (uses_raw()) rk = p.k.narrow(1, g.head0, g.heads), rv = p.v.narrow(1, g.head0, g.heads);
     auto q = p.q.narrow(1, g.head0 * Gq, g.heads * Gq);
     auto sk = sink.defined() ? sink.narrow(0, g.head0 * Gq, g.heads * Gq) : sink;
+    if (indexer) {  // one grid (validated): the whole layer
+      auto idx = indexer->project(x, 0);
+      outs.push_back(attend_indexed(idx, indexer->pool(idx.keys, 0, 0, ek.size(2)), q, pos, ek,
+                                    ev, rk, rv, pos, sk));
+      continue;
+    }
     // The training forward: attend() takes the banded fast path unless the reference is selected.
     outs.push_back(attend(g.attn, q, pos, ek, ev, rk, rv, pos, sk));
   }
@@ -178,6 +247,11 @@ void AttentionImpl::capture_gates(const CompressorTokens& tokens, int64_t T,
   if (!cfg.tied_kv) probe.gate_v = tokens.gv.defined() ? weights(true) : probe.gate_k;
 }
 
+LayerCache& AttentionImpl::index_cache(LayerCache& c) {
+  if (c.index.empty()) c.index.resize(1);
+  return c.index[0];
+}
+
 LayerCache& AttentionImpl::group_cache(LayerCache& c, size_t g) const {
   if (groups.size() == 1) return c;
   if (c.groups.size() != groups.size()) c.groups.resize(groups.size());
@@ -196,7 +270,8 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& 
     const GridGroup& g = groups[gi];
     const AttentionConfig& a = g.attn;
     LayerCache& cg = group_cache(c, gi);
-    if (comp) extend_entries(g, tokens.heads(g.head0, g.heads), cg, t_end);
+    // Tied K/V (V4's shared latent) stores each entry once: its value is its key.
+    if (comp) extend_entries(*comp, a, tokens.heads(g.head0, g.heads), cg, t_end, !a.tied_kv);
     if (uses_raw()) {
       cg.raw_k.append(p.k.narrow(1, g.head0, g.heads));
       cg.raw_v.append(p.v.narrow(1, g.head0, g.heads));
@@ -204,9 +279,20 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& 
     cg.n_tokens = t_end;  // after extend_entries, which reads the position before these tokens
     auto q = p.q.narrow(1, g.head0 * Gq, g.heads * Gq);
     auto sk = sink.defined() ? sink.narrow(0, g.head0 * Gq, g.heads * Gq) : sink;
-    CachedKeys keys{cg.entry_keys(), cg.entry_values(), cg.raw_keys(), cg.raw_values(),
-                    cg.raw_start()};
-    if (attention_path() == AttentionPath::kFast) {
+    CachedKeys keys{cg.entry_keys(), a.tied_kv ? cg.entry_keys() : cg.entry_values(),
+                    cg.raw_keys(), cg.raw_values(), cg.raw_start()};
+    if (indexer) {
+      LayerCache& ic = index_cache(cg);
+      auto idx = indexer->project(x, t0);
+      extend_entries(*indexer->comp, a, idx.keys, ic, t_end, false);
+      ic.n_tokens = t_end;
+      auto r_pos = torch::arange(cg.raw_start(), t_end, opts);
+      // No entry finished yet: an empty key set of the indexer's shape (the buffer is unset).
+      auto ik = ic.n_entries() > 0 ? ic.entry_keys()
+                                   : torch::zeros({x.size(0), 1, 0, indexer->dim}, x.options());
+      outs.push_back(attend_indexed(idx, ik, q, pos, keys.ek, keys.ev, keys.rk,
+                                    keys.rv, r_pos, sk));
+    } else if (attention_path() == AttentionPath::kFast) {
       outs.push_back(attend_cached(a, q, t0, keys, sk, cg.scratch));
     } else {  // the masked reference, for comparisons
       auto r_pos = torch::arange(cg.raw_start(), t_end, opts);
@@ -217,28 +303,6 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& 
   }
   c.n_tokens = t_end;
   return output(outs.size() == 1 ? outs[0] : torch::cat(outs, 1));
-}
-
-// Pools the entries completed by tokens up to t_end (only the new ones: finished entries are
-// never recomputed) and keeps the projected tokens the next entries still need.
-void AttentionImpl::extend_entries(const GridGroup& g, const CompressorTokens& tokens,
-                                   LayerCache& c, int64_t t_end) {
-  const AttentionConfig& a = g.attn;
-  if (c.pending.length() == 0) c.pending_start = c.n_tokens;
-  c.pending.append(tokens);
-  const int64_t done = c.n_entries(), complete = complete_entries(a, t_end);
-  if (complete > done) {
-    auto [k, v] = comp->pool(c.pending.tokens(), c.pending_start, done, complete, a.grid_offset);
-    c.ent_k.append(k);
-    c.ent_v.append(v);
-  }
-  // The next entry's window starts at complete*S + S - W - o; older projected tokens are done.
-  const int64_t keep =
-      std::max<int64_t>(0, complete * a.stride + a.stride - a.width - a.grid_offset);
-  if (keep > c.pending_start) {
-    c.pending.drop_front(std::min(keep - c.pending_start, c.pending.length()));
-    c.pending_start = keep;
-  }
 }
 
 void AttentionImpl::reserve(LayerCache& c, int64_t n_tokens) const {
@@ -254,7 +318,8 @@ void AttentionImpl::reserve(LayerCache& c, int64_t n_tokens) const {
     }
     const int64_t entries = comp ? complete_entries(a, n_tokens) : 0;
     cg.ent_k.reserve(entries);
-    cg.ent_v.reserve(entries);
+    if (!a.tied_kv) cg.ent_v.reserve(entries);
+    if (indexer) index_cache(cg).ent_k.reserve(entries);
     // Decode scores: one row per query head, a column per visible key and the sink.
     const int64_t raw = uses_raw() ? n_tokens - raw_keep_from(a, n_tokens) + 1 : 0;
     cg.scratch.reserve(groups[gi].heads * Gq * (entries + raw + 1));

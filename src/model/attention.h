@@ -5,6 +5,7 @@
 
 #include "config/model_config.h"
 #include "model/compressor.h"
+#include "model/indexer.h"
 #include "model/kv_cache.h"
 #include "model/layers.h"
 
@@ -14,11 +15,17 @@ namespace phasekv {
 // q: [B, H, Tq, hd] (rotated), q_pos: [Tq]; entries ek/ev: [B, Hkv, E, hd] holding entries
 // 0..E-1; raw rk/rv: [B, Hkv, R, hd] at positions r_pos [R]; sink: [H] or undefined.
 // Either key set may be undefined. Returns [B, H, Tq, hd]; a query that sees nothing gets 0.
+// entry_select (indexed layers): [B, Tq, E] bool, the entries each query may use besides the
+// visibility rule (select_entries). entry_mass (if given) receives the softmax mass each entry
+// would get without that selection, summed over the query heads: [B, Tq, E], detached (the
+// indexer's target, index_loss).
 torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
                                const torch::Tensor& q_pos, const torch::Tensor& ek,
                                const torch::Tensor& ev, const torch::Tensor& rk,
                                const torch::Tensor& rv, const torch::Tensor& r_pos,
-                               const torch::Tensor& sink);
+                               const torch::Tensor& sink,
+                               const torch::Tensor& entry_select = torch::Tensor(),
+                               torch::Tensor* entry_mass = nullptr);
 
 // An intervention and probe on one layer's full-sequence forward, at the LAST position T-1 of
 // every sequence of the batch (docs/ARCHITECTURE.md section 11; the explanation analyses,
@@ -69,6 +76,10 @@ struct AttentionImpl : torch::nn::Module {
   std::shared_ptr<RMSNormImpl> q_norm, k_norm;
   torch::Tensor sink;  // [H] learned logit with zero value, if cfg.sink
   Compressor comp{nullptr};
+  Indexer indexer{nullptr};  // indexed layers (index_topk > 0) only
+  // The indexer's loss from the last forward in training mode with gradients on (index_loss in
+  // model/indexer.h); undefined otherwise. The trainer adds it to the LM loss.
+  torch::Tensor last_index_loss;
 
  private:
   struct Projected {
@@ -80,12 +91,17 @@ struct AttentionImpl : torch::nn::Module {
   // output() with the probe's replacements and captures at T-1.
   torch::Tensor probed_output(const torch::Tensor& heads, AttentionProbe& probe);
   void capture_gates(const CompressorTokens& tokens, int64_t T, AttentionProbe& probe);
-  // Pools the entries of group `g` that the tokens up to t_end complete, from `tokens` (the new
-  // tokens' projections, the group's heads only).
-  void extend_entries(const GridGroup& g, const CompressorTokens& tokens, LayerCache& c,
-                      int64_t t_end);
+  // The indexed layer's attention over its entries ek/ev (entries 0..E-1) for queries at pos:
+  // the indexer picks each query's entries; in training it also sets last_index_loss.
+  torch::Tensor attend_indexed(const IndexerImpl::Tokens& idx, const torch::Tensor& ik,
+                               const torch::Tensor& q, const torch::Tensor& pos,
+                               const torch::Tensor& ek, const torch::Tensor& ev,
+                               const torch::Tensor& rk, const torch::Tensor& rv,
+                               const torch::Tensor& r_pos, const torch::Tensor& sk);
   // Group g's cache: the layer's own with one group, else its sub-cache.
   LayerCache& group_cache(LayerCache& c, size_t g) const;
+  // The indexer's cache (its keys and pending tokens) inside the layer's.
+  static LayerCache& index_cache(LayerCache& c);
   bool uses_raw() const;
 };
 TORCH_MODULE(Attention);

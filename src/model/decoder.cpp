@@ -68,6 +68,15 @@ torch::Tensor DecoderImpl::forward_cached(const torch::Tensor& tokens,
   return logits_from_hidden(final_norm(x));
 }
 
+torch::Tensor DecoderImpl::index_loss() const {
+  torch::Tensor total;
+  for (const auto& b : blocks) {
+    const auto& l = b->attn->last_index_loss;
+    if (l.defined()) total = total.defined() ? total + l : l;
+  }
+  return total;
+}
+
 void DecoderImpl::init_weights(uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);

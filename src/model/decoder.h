@@ -33,6 +33,9 @@ struct DecoderImpl : torch::nn::Module {
   // model/attention.h); the forward fills the probes' captures.
   torch::Tensor hidden(const torch::Tensor& tokens, std::vector<AttentionProbe>* probes = nullptr);
   torch::Tensor logits_from_hidden(const torch::Tensor& h);
+  // The indexed layers' indexer losses from the last training forward, summed (undefined when
+  // the model has no indexed layer); the trainer adds it to the LM loss.
+  torch::Tensor index_loss() const;
 
   // Seeded initialisation: N(0, 0.02); residual output projections scaled by 1/sqrt(2 n_layers).
   void init_weights(uint64_t seed);

@@ -35,6 +35,9 @@ struct LayerCache {
   // A layer with per-KV-head grids (kv_head_offsets) keeps one cache per grid group here and
   // leaves the parts above empty (n_tokens is kept in both); the byte counts include them.
   std::vector<LayerCache> groups;
+  // An indexed layer (index_topk > 0) keeps its indexer's cache here (one element: the indexer
+  // keys in ent_k and its pending tokens); the byte counts include it.
+  std::vector<LayerCache> index;
 
   int64_t n_entries() const { return ent_k.length(); }
   int64_t n_raw() const { return raw_k.length(); }
@@ -49,34 +52,35 @@ struct LayerCache {
 
   // Bytes in use, by part: what the retention rules say the cache holds.
   int64_t raw_bytes() const {
-    return raw_k.used_bytes() + raw_v.used_bytes() + over_groups(&LayerCache::raw_bytes);
+    return raw_k.used_bytes() + raw_v.used_bytes() + over_sub_caches(&LayerCache::raw_bytes);
   }
   int64_t entry_bytes() const {
-    return ent_k.used_bytes() + ent_v.used_bytes() + over_groups(&LayerCache::entry_bytes);
+    return ent_k.used_bytes() + ent_v.used_bytes() + over_sub_caches(&LayerCache::entry_bytes);
   }
   int64_t pending_bytes() const {
-    return pending.used_bytes() + over_groups(&LayerCache::pending_bytes);
+    return pending.used_bytes() + over_sub_caches(&LayerCache::pending_bytes);
   }
   int64_t bytes() const { return raw_bytes() + entry_bytes() + pending_bytes(); }
   // Bytes allocated, by part: the used bytes plus spare capacity (up to 2x with doubling, a few
   // n_win blocks for the sliding raw window), and the decode scratch.
   int64_t raw_reserved_bytes() const {
     return raw_k.reserved_bytes() + raw_v.reserved_bytes() +
-           over_groups(&LayerCache::raw_reserved_bytes);
+           over_sub_caches(&LayerCache::raw_reserved_bytes);
   }
   int64_t entry_reserved_bytes() const {
     return ent_k.reserved_bytes() + ent_v.reserved_bytes() +
-           over_groups(&LayerCache::entry_reserved_bytes);
+           over_sub_caches(&LayerCache::entry_reserved_bytes);
   }
   int64_t pending_reserved_bytes() const {
-    return pending.reserved_bytes() + over_groups(&LayerCache::pending_reserved_bytes);
+    return pending.reserved_bytes() + over_sub_caches(&LayerCache::pending_reserved_bytes);
   }
-  int64_t scratch_bytes() const { return scratch.bytes() + over_groups(&LayerCache::scratch_bytes); }
+  int64_t scratch_bytes() const { return scratch.bytes() + over_sub_caches(&LayerCache::scratch_bytes); }
 
  private:
-  int64_t over_groups(int64_t (LayerCache::*part)() const) const {
+  int64_t over_sub_caches(int64_t (LayerCache::*part)() const) const {
     int64_t total = 0;
     for (const auto& g : groups) total += (g.*part)();
+    for (const auto& g : index) total += (g.*part)();
     return total;
   }
 };

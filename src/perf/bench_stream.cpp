@@ -38,14 +38,25 @@ void print_row(const StreamResult& r, const char* kind) {
 }  // namespace
 
 nlohmann::json bench_stream(const BenchOptions& o) {
-  const auto full = stream_model(false, o.stream_d_model, o.stream_layers);
-  const auto chunked = stream_model(true, o.stream_d_model, o.stream_layers);
+  auto full = stream_model(false, o.stream_d_model, o.stream_layers);
+  auto chunked = stream_model(true, o.stream_d_model, o.stream_layers);
+  if (!o.stream_config.empty()) {
+    chunked = model_config_from_file(o.stream_config);
+    full = chunked;
+    for (auto& a : full.layers) a = AttentionConfig{};
+    fmt::print("== Streaming (Session): {} (the \"chunked\" rows, {} layers, d_model {}) against "
+               "the same widths with full attention in every layer\n",
+               o.stream_config, chunked.n_layers, chunked.d_model);
+  } else {
+    fmt::print("== Streaming (Session): d_model {}, {} layers, 4 heads / 1 KV head of 64; chunked "
+               "S=4 W=8 n_win=128\n",
+               o.stream_d_model, o.stream_layers);
+  }
   fmt::print(
-      "== Streaming (Session): d_model {}, {} layers, 4 heads / 1 KV head of 64; chunked "
-      "S=4 W=8 n_win=128; prefill chunks of {}, {} timed decode steps, {} threads, load "
-      "{:.1f}\n(cache MB: bytes in use; reserv MB: allocated, after Session::reserve(final "
-      "length), decode scratch included)\n",
-      o.stream_d_model, o.stream_layers, o.chunk, o.decode_tokens, o.threads, load_average());
+      "prefill chunks of {}, {} timed decode steps, {} threads, load {:.1f}\n(cache MB: bytes "
+      "in use; reserv MB: allocated, after Session::reserve(final length), decode scratch "
+      "included)\n",
+      o.chunk, o.decode_tokens, o.threads, load_average());
   fmt::print("{:>7} {:<8} {:>9} {:>9} {:>8} {:>9} {:>9} {:>7} {:>9} {:>7} {:>8} {:>10}\n",
              "context", "kind", "prefill s", "ms/token", "tok/s", "cache MB", "theory MB",
              "/theory", "reserv MB", "/theory", "allocs/t", "alloc KB/t");

@@ -35,6 +35,9 @@ struct BenchOptions {
   int64_t chunk = 256;
   int decode_tokens = 32;
   int stream_d_model = 256, stream_layers = 2;
+  // Non-empty: stream this model config (e.g. configs/v4-tiny.json) instead of the built-in
+  // chunked stack, against the same config with every layer full attention.
+  std::string stream_config;
   // Sweep throughput: a model directory, examples x phases, sequences per forward.
   std::string eval_model = "models/lookup-chunked";
   int eval_examples = 300, eval_modulus = 24;

@@ -11,10 +11,12 @@ int64_t visible_keys(const AttentionConfig& a, int64_t t) {
     case AttentionKind::kWindow:
       return std::min<int64_t>(t + 1, a.n_win);
     case AttentionKind::kChunked: {
-      const int64_t S = a.stride, entries = (t + 1 + a.grid_offset) / S;
+      const int64_t S = a.stride, all = (t + 1 + a.grid_offset) / S;
+      // An indexed layer attends only its top-k entries (its indexer scores them all: below).
+      const int64_t entries = a.indexed() ? std::min<int64_t>(all, a.index_topk) : all;
       int64_t raw = std::min<int64_t>(t + 1, a.n_win);
       // tail: [S e - o, t]
-      if (a.uncompressed_tail) raw = std::max(raw, t + 1 - (S * entries - a.grid_offset));
+      if (a.uncompressed_tail) raw = std::max(raw, t + 1 - (S * all - a.grid_offset));
       return entries + raw;
     }
   }
@@ -35,6 +37,13 @@ double layer_linear_macs(const ModelConfig& m, const AttentionConfig& a) {
                                                            : 0;
     macs += (a.tied_kv_gates ? 1 : 2) * gate_rows * D;
   }
+  if (a.indexed()) {  // the indexer: queries, head weights, its key lanes and gates
+    const double di = a.index_dim;
+    const double gate_rows = a.gate == GateKind::kScalar   ? double(a.width)
+                             : a.gate == GateKind::kVector ? a.lanes() * di
+                                                           : 0;
+    macs += D * (a.index_heads * di + a.index_heads + a.lanes() * di + gate_rows);
+  }
   return macs;
 }
 
@@ -51,6 +60,11 @@ ForwardFlops forward_flops(const ModelConfig& m, int64_t B, int64_t T) {
       const double q_heads = double(m.n_heads) * g.heads / m.n_kv_heads;
       // q.k and p.v: 2 matmuls of head_dim multiply-adds per (query head, key).
       f.attention += 2.0 * 2.0 * q_heads * m.head_dim * double(keys) * double(B);
+    }
+    if (a.indexed()) {  // the indexer scores every visible entry: one q.k per (head, entry)
+      int64_t entries = 0;
+      for (int64_t t = 0; t < T; ++t) entries += (t + 1) / a.stride;
+      f.attention += 2.0 * a.index_heads * a.index_dim * double(entries) * double(B);
     }
   }
   f.lm_head = 2.0 * double(m.d_model) * m.vocab_size * double(B * T);

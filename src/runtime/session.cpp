@@ -52,13 +52,14 @@ namespace {
 LayerBytes group_bytes(const ModelConfig& m, int64_t heads, const AttentionConfig& a, int64_t T,
                        int64_t elem) {
   const int64_t kv = heads * m.head_dim;
-  const int64_t token_bytes = 2 * kv * elem;  // one K and one V vector (= one entry's size)
+  const int64_t token_bytes = 2 * kv * elem;  // one K and one V vector (a raw token's size)
   LayerBytes b;
   const bool raw = a.kind != AttentionKind::kChunked || a.n_win > 0 || a.uncompressed_tail;
   if (raw) b.raw = std::max<int64_t>(0, T - raw_keep_from(a, T)) * token_bytes;
   if (a.kind != AttentionKind::kChunked || T == 0) return b;
   const int64_t S = a.stride, W = a.width, complete = complete_entries(a, T);
-  b.entries = complete * token_bytes;
+  // A key and a value per entry; one vector with tied_kv (the value is the key).
+  b.entries = complete * (a.tied_kv ? 1 : 2) * kv * elem;
   // Partial entry: projected tokens from the next entry's first slot on, each holding one
   // payload pair per lane plus its gate scores for every slot.
   const int64_t pending = T - std::max<int64_t>(0, complete * S + S - W - a.grid_offset);
@@ -81,6 +82,10 @@ LayerBytes cache_bytes_theory(const ModelConfig& m, const AttentionConfig& a, in
   for (const GridGroup& g : grid_groups(m, a)) {
     const LayerBytes b = group_bytes(m, g.heads, g.attn, T, elem);
     total.raw += b.raw, total.entries += b.entries, total.pending += b.pending;
+  }
+  if (a.indexed()) {  // the indexer's own compressed keys and pending tokens
+    const LayerBytes b = group_bytes(indexer_model(m, a), 1, indexer_attention(a), T, elem);
+    total.entries += b.entries, total.pending += b.pending;
   }
   return total;
 }

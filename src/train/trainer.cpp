@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "kernels/compute_threads.h"
 #include "model/model_dir.h"
 #include "io/safetensors.h"
 #include "io/tokenizer.h"
@@ -265,7 +266,10 @@ StepOutcome optimizer_step(Decoder& model, torch::optim::Optimizer& opt, const T
     logits = model->logits_from_hidden(h).to(torch::kFloat32);  // the loss always sees f32
     loss = torch::nn::functional::cross_entropy(logits, batch.target);
   }
-  loss.backward();
+  // Indexed layers train their indexers on their own loss (model/indexer.h); its gradient reaches
+  // only the indexers, so the LM loss and the reported figures are unchanged by it.
+  const torch::Tensor index = model->index_loss();
+  (index.defined() ? loss + index : loss).backward();
   if (clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
   opt.step();
   return {loss.item<double>(),
@@ -356,8 +360,8 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
                 ": continue it with --resume, or pass --force to train afresh and replace it");
   }
   flush_denormals();
-  at::set_num_threads(t.threads > 0 ? t.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency()));
+  kernels::set_compute_threads(
+      t.threads > 0 ? t.threads : static_cast<int>(std::thread::hardware_concurrency()));
   fs::create_directories(out_dir);
   torch::manual_seed(t.seed);
   Decoder model(cfg.model);
@@ -480,8 +484,8 @@ StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
                             warmup, reps));
   const auto& t = cfg.train;
   flush_denormals();
-  at::set_num_threads(t.threads > 0 ? t.threads
-                                    : static_cast<int>(std::thread::hardware_concurrency()));
+  kernels::set_compute_threads(
+      t.threads > 0 ? t.threads : static_cast<int>(std::thread::hardware_concurrency()));
   Decoder model(cfg.model);
   model->init_weights(t.seed);
   model->train();
