@@ -3,6 +3,8 @@
 // equal to the full forward at every prefill split, and gradients.
 #include <gtest/gtest.h>
 
+#include "model/attend_indexed.h"
+#include "model/attention.h"
 #include "model/indexer.h"
 #include "model/visibility.h"
 #include "runtime/session.h"
@@ -73,6 +75,39 @@ TEST(Indexer, BreaksTiesTowardTheLowerEntry) {
   auto s = torch::tensor({0.5f, 2.0f, 1.0f, 2.0f, 2.0f}).view({1, 1, 5});
   auto one = select_entries(a, s, torch::tensor({int64_t{39}}));
   EXPECT_TRUE(torch::equal(one[0][0], torch::tensor({false, true, false, true, false})));
+}
+
+// The streaming core reads each query's gathered top-k entries; it equals the masked reference
+// with the same selection for chunks starting at t0 (queries that see fewer than k entries, none,
+// a sink, raw keys of earlier chunks, 2 query heads per KV head), and top_entries holds exactly
+// select_entries' set.
+TEST(Indexer, GatheredTopKEqualsTheMaskedReference) {
+  const int64_t B = 2, Hkv = 2, G = 2, hd = 8, E = 12;
+  for (bool sink : {false, true})
+    for (int k : {1, 3, 100})
+      for (int64_t t0 : {0, 5, 33}) {
+        auto a = indexed(k);
+        a.sink = sink;
+        // The raw tokens a streaming chunk holds: the window before it and its own.
+        const int64_t Tq = 16, r0 = std::max<int64_t>(0, t0 - a.n_win), R = t0 + Tq - r0;
+        torch::manual_seed(100 * k + t0 + sink);
+        auto q_pos = torch::arange(t0, t0 + Tq, torch::kInt64);
+        auto r_pos = torch::arange(r0, t0 + Tq, torch::kInt64);
+        auto q = torch::randn({B, Hkv * G, Tq, hd}), ek = torch::randn({B, Hkv, E, hd});
+        auto ev = torch::randn({B, Hkv, E, hd}), rk = torch::randn({B, Hkv, R, hd});
+        auto rv = torch::randn({B, Hkv, R, hd}), scores = torch::randn({B, Tq, E});
+        auto sk = sink ? torch::randn({Hkv * G}) : torch::Tensor();
+        const std::string where = "k=" + std::to_string(k) + " t0=" + std::to_string(t0) +
+                                  " sink=" + std::to_string(sink);
+        auto top = top_entries(a, scores, q_pos);
+        ASSERT_EQ(top.index.size(-1), std::min<int64_t>(k, E)) << where;
+        auto mask = select_entries(a, scores, q_pos);
+        EXPECT_TRUE(torch::equal(top.valid.sum(-1), mask.sum(-1))) << where;
+        EXPECT_TRUE(mask.gather(-1, top.index).eq(top.valid).all().item<bool>()) << where;
+        auto ref = attend_reference(a, q, q_pos, ek, ev, rk, rv, r_pos, sk, mask);
+        auto got = attend_gathered(a, q, q_pos, ek, ev, rk, rv, r_pos, sk, top);
+        EXPECT_LE(max_abs_diff(got, ref), 1e-5) << where;
+      }
 }
 
 // The layers of `to` get the parameters of `from` they share by name (an indexed model over a

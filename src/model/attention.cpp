@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/attend_cached.h"
+#include "model/attend_indexed.h"
 #include "model/attend_fast.h"
 #include "model/component_scope.h"
 #include "model/fused.h"
@@ -290,8 +291,11 @@ torch::Tensor AttentionImpl::forward_cached(const torch::Tensor& x, LayerCache& 
       // No entry finished yet: an empty key set of the indexer's shape (the buffer is unset).
       auto ik = ic.n_entries() > 0 ? ic.entry_keys()
                                    : torch::zeros({x.size(0), 1, 0, indexer->dim}, x.options());
-      outs.push_back(attend_indexed(idx, ik, q, pos, keys.ek, keys.ev, keys.rk,
-                                    keys.rv, r_pos, sk));
+      // Streaming reads each query's top-k entries only (attend_indexed.h); the full forward's
+      // masked core gives the same result and the indexer's training target.
+      auto top = top_entries(a, indexer->scores(idx, ik), pos);
+      outs.push_back(
+          attend_gathered(a, q, pos, keys.ek, keys.ev, keys.rk, keys.rv, r_pos, sk, top));
     } else if (attention_path() == AttentionPath::kFast) {
       outs.push_back(attend_cached(a, q, t0, keys, sk, cg.scratch));
     } else {  // the masked reference, for comparisons

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/attend_indexed.h"
 #include "model/fused.h"
 #include "model/visibility.h"
 
@@ -45,15 +46,8 @@ torch::Tensor IndexerImpl::scores(const Tokens& t, const torch::Tensor& keys) co
 
 torch::Tensor select_entries(const AttentionConfig& a, const torch::Tensor& scores,
                              const torch::Tensor& q_pos) {
-  const int64_t E = scores.size(-1);
-  auto vis = entry_visibility(a, q_pos, 0, E).to(scores.device());  // [Tq, E]
-  if (E == 0) return vis.unsqueeze(0).expand(scores.sizes()).clone();
-  auto masked = scores.detach().masked_fill(~vis, -INFINITY);
-  // A stable descending sort keeps equal scores in entry order: ties go to the lower index.
-  auto order = std::get<1>(masked.sort(/*stable=*/true, /*dim=*/-1, /*descending=*/true));
-  auto ranks = torch::empty_like(order).scatter_(
-      -1, order, torch::arange(E, order.options()).expand_as(order));
-  return (ranks < a.index_topk) & vis;
+  auto top = top_entries(a, scores, q_pos);
+  return torch::zeros(scores.sizes(), top.valid.options()).scatter_(-1, top.index, top.valid);
 }
 
 torch::Tensor index_loss(const AttentionConfig& a, const torch::Tensor& scores,

@@ -41,9 +41,9 @@ struct IndexerImpl : torch::nn::Module {
 TORCH_MODULE(Indexer);
 
 // The entries each query attends: [B, Tq, E] bool, true for the min(index_topk, visible) visible
-// entries with the highest scores. Ties go to the lower entry index (a stable sort), so the
-// choice is deterministic and the same in the full forward and in streaming. scores: [B, Tq, E]
-// for entries 0..E-1, q_pos: [Tq] absolute positions.
+// entries with the highest scores (top_entries in model/attend_indexed.h as a mask). Ties go to
+// the lower entry index, so the choice is deterministic and the same in the full forward and in
+// streaming. scores: [B, Tq, E] for entries 0..E-1, q_pos: [Tq] absolute positions.
 torch::Tensor select_entries(const AttentionConfig& a, const torch::Tensor& scores,
                              const torch::Tensor& q_pos);
 
