@@ -17,7 +17,7 @@ namespace {
 using namespace phasekv;
 
 const ModelLimits& limits() {
-  static const std::optional<WordTokenizer> tokenizer =
+  static const std::optional<Tokenizer> tokenizer =
       load_tokenizer_if_present(PHASEKV_SOURCE_DIR "/models/kv-chunked");
   static const ModelLimits l = [] {
     ModelLimits m;

@@ -1,11 +1,13 @@
-// An in-process `phasekv serve` for the HTTP tests (test_http.cpp, test_chat.cpp): a tiny random
-// kv model on a random loopback port, and small helpers to post JSON and check error bodies.
+// An in-process `phasekv serve` for the HTTP tests (test_http.cpp, test_chat.cpp,
+// test_serve_sentencepiece.cpp): a tiny random kv model (or a directory the test writes) on a
+// random loopback port, and small helpers to post JSON and check error bodies.
 #pragma once
 #include <gtest/gtest.h>
 #include <httplib.h>
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,17 +23,25 @@ namespace phasekv::test {
 // A phasekv server on a random loopback port, serving a tiny random model, for one test suite.
 class Served {
  public:
-  explicit Served(ServerOptions o = {}, int max_context = 40)
+  // `fill` (if given) writes the model directory instead of the tiny kv model and its task.
+  explicit Served(ServerOptions o = {}, int max_context = 40,
+                  const std::function<void(const std::string& dir)>& fill = nullptr)
       : dir_(temp_dir("served_" + std::to_string(max_context))) {
     model_dir_ = (dir_ / "tiny").string();
-    Decoder model = make_model(small_kv_model_config(max_context), 11);
-    save_model_dir(model_dir_, model);
-    save_task_files(model_dir_, small_kv_task());
+    std::optional<TaskConfig> task;
+    if (fill) {
+      fill(model_dir_);
+    } else {
+      Decoder model = make_model(small_kv_model_config(max_context), 11);
+      save_model_dir(model_dir_, model);
+      save_task_files(model_dir_, small_kv_task());
+      task = load_task_config(model_dir_);
+    }
     local_ = std::make_unique<LocalBackend>(LocalBackend::from_dir(model_dir_, 2));
     o.port = 0;
     o.threads = 24;
     server_ = std::make_unique<CompletionServer>(*local_, load_tokenizer_if_present(model_dir_),
-                                                 load_task_config(model_dir_), o);
+                                                 task, o);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->serve(); });
     while (!server_->running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -45,6 +55,7 @@ class Served {
   LocalBackend& local() { return *local_; }
   const std::string& name() const { return server_->served_name(); }
   int port() const { return port_; }
+  const std::string& model_dir() const { return model_dir_; }
   CompletionServer& server() { return *server_; }
 
  private:

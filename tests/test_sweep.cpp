@@ -90,7 +90,10 @@ class SweepTest : public ::testing::Test {
 TEST_F(SweepTest, TokenizerRoundTripsTaskNamesAndNamesUnknownWords) {
   const auto tok = load_tokenizer_if_present(model_dir_);
   ASSERT_TRUE(tok.has_value());
-  EXPECT_EQ(tok->tokens(), task_vocab(small_task()).token_names());
+  EXPECT_EQ(WordTokenizer::load(model_dir_ + "/tokenizer.json").tokens(),
+            task_vocab(small_task()).token_names());
+  EXPECT_STREQ(tok->kind(), "word");
+  EXPECT_EQ(tok->bos_id(), 1);
   const std::vector<int32_t> ids = tok->encode("<bos> k3 v7\n f0\t<q>  k3");
   EXPECT_EQ(ids, (std::vector<int32_t>{1, 8, 20, 21, 2, 8}));
   EXPECT_EQ(tok->decode(ids), "<bos> k3 v7 f0 <q> k3");

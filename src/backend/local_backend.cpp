@@ -39,7 +39,7 @@ int chunked_stride(const ModelConfig& cfg) {
   return strides.size() == 1 ? *strides.begin() : 0;
 }
 
-LocalBackend::LocalBackend(Decoder model, std::optional<WordTokenizer> tokenizer, std::string name,
+LocalBackend::LocalBackend(Decoder model, std::optional<Tokenizer> tokenizer, std::string name,
                            int threads, int batch_size)
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
@@ -221,7 +221,7 @@ nlohmann::json LocalBackend::describe() const {
           {"dtype", dtype_name(model_)},
           {"threads", threads_},
           {"batch_size", batch_size_},
-          {"tokenizer", tokenizer_ ? "word" : "none"}};
+          {"tokenizer", tokenizer_ ? tokenizer_->kind() : "none"}};
 }
 
 }  // namespace phasekv

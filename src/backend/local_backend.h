@@ -21,7 +21,7 @@ class LocalBackend : public Backend {
  public:
   // name: what model_id() starts with (the model directory's name). threads <= 0: all cores
   // (sets libtorch's global thread count). batch_size: most sequences in one forward.
-  LocalBackend(Decoder model, std::optional<WordTokenizer> tokenizer, std::string name,
+  LocalBackend(Decoder model, std::optional<Tokenizer> tokenizer, std::string name,
                int threads = 0, int batch_size = 16);
   // Loads DIR (config.json, model.safetensors, tokenizer.json when present).
   static LocalBackend from_dir(const std::string& dir, int threads = 0, int batch_size = 16);
@@ -66,7 +66,7 @@ class LocalBackend : public Backend {
                                           std::vector<AttentionProbe>* probes, const GroupUse& use);
 
   Decoder model_;
-  std::optional<WordTokenizer> tokenizer_;
+  std::optional<Tokenizer> tokenizer_;
   std::string name_;
   int threads_ = 0;
   int batch_size_ = 16;

@@ -50,6 +50,21 @@ class LineIterator : public sentencepiece::SentenceIterator {
   bool done_ = false;
 };
 
+// The vocabulary as [piece, score, type] by id, for phasekv's own reader (io/sentencepiece_bpe.h),
+// which cannot load libsentencepiece beside libtorch.
+json export_pieces(const sentencepiece::SentencePieceProcessor& sp) {
+  json pieces = json::array();
+  for (int id = 0; id < sp.GetPieceSize(); ++id) {
+    const char* type = sp.IsUnknown(id)   ? "unknown"
+                       : sp.IsControl(id) ? "control"
+                       : sp.IsUnused(id)  ? "unused"
+                       : sp.IsByte(id)    ? "byte"
+                                          : "normal";
+    pieces.push_back({sp.IdToPiece(id), sp.GetScore(id), type});
+  }
+  return pieces;
+}
+
 }  // namespace
 
 json train_sentencepiece(const std::string& manifest_path, const std::string& dir,
@@ -107,8 +122,12 @@ json train_sentencepiece(const std::string& manifest_path, const std::string& di
                 {{"vocab_size", o.vocab_size},
                  {"model_type", o.model_type},
                  {"normalization", "identity"},
+                 {"add_dummy_prefix", false},
+                 {"remove_extra_whitespaces", false},
                  {"split_digits", true},
-                 {"byte_fallback", true}}}};
+                 {"byte_fallback", true},
+                 {"unk_surface", " \xE2\x81\x87 "}}},
+               {"pieces", export_pieces(sp)}};
   write_file_atomic(dir + "/tokenizer.json", meta.dump(2) + "\n");
   return meta;
 }

@@ -1,5 +1,6 @@
 #include "io/tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <sstream>
@@ -69,11 +70,12 @@ nlohmann::json WordTokenizer::to_json() const {
 
 WordTokenizer WordTokenizer::from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) throw Error(where + ": expected a JSON object {\"type\", \"tokens\"}");
+  if (!j.contains("type") || j["type"] != "word")
+    throw Error(where + ": key 'type' is " + (j.contains("type") ? j["type"].dump() : "missing") +
+                " (allowed: \"word\", \"sentencepiece\")");
   for (auto it = j.begin(); it != j.end(); ++it)
     if (it.key() != "type" && it.key() != "tokens")
       throw Error(where + ": unknown key '" + it.key() + "' (allowed: type, tokens)");
-  if (!j.contains("type") || j["type"] != "word")
-    throw Error(where + ": key 'type' must be \"word\" (the only tokenizer type phasekv reads)");
   if (!j.contains("tokens") || !j["tokens"].is_array())
     throw Error(where + ": key 'tokens' must be an array of strings (index = token id)");
   std::vector<std::string> tokens;
@@ -99,10 +101,48 @@ void save_task_files(const std::string& dir, const TaskConfig& task) {
   WordTokenizer::from_vocab(task_vocab(task)).save(dir + "/tokenizer.json");
 }
 
-std::optional<WordTokenizer> load_tokenizer_if_present(const std::string& dir) {
+std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
+  return std::visit([&](const auto& t) { return t.encode(text); }, impl_);
+}
+
+std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
+  return std::visit([&](const auto& t) { return t.decode(ids); }, impl_);
+}
+
+std::string Tokenizer::token_text(int32_t id) const { return decode({id}); }
+
+const char* Tokenizer::separator() const {
+  return std::holds_alternative<WordTokenizer>(impl_) ? " " : "";
+}
+
+std::optional<int32_t> Tokenizer::bos_id() const {
+  if (const auto* w = std::get_if<WordTokenizer>(&impl_)) {
+    const auto& words = w->tokens();
+    const auto it = std::find(words.begin(), words.end(), "<bos>");
+    if (it != words.end()) return static_cast<int32_t>(it - words.begin());
+    return std::nullopt;
+  }
+  const auto& p = std::get<SentencePieceBpe>(impl_);
+  for (int32_t id = 0; id < p.size(); ++id)
+    if (p.piece(id) == "<s>" && p.type(id) == SentencePieceBpe::Type::kControl) return id;
+  return std::nullopt;
+}
+
+int Tokenizer::size() const {
+  return std::visit([](const auto& t) { return t.size(); }, impl_);
+}
+
+const char* Tokenizer::kind() const {
+  return std::holds_alternative<WordTokenizer>(impl_) ? "word" : "sentencepiece";
+}
+
+std::optional<Tokenizer> load_tokenizer_if_present(const std::string& dir) {
   const std::string path = dir + "/tokenizer.json";
   if (!std::filesystem::exists(path)) return std::nullopt;
-  return WordTokenizer::load(path);
+  const nlohmann::json j = read_json_file(path);
+  if (j.is_object() && j.value("type", "") == "sentencepiece")
+    return Tokenizer(SentencePieceBpe::from_json(j, path));
+  return Tokenizer(WordTokenizer::from_json(j, path));
 }
 
 }  // namespace phasekv

@@ -13,8 +13,10 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
+#include "io/sentencepiece_bpe.h"
 #include "task/task_file.h"
 #include "task/tasks.h"
 
@@ -46,11 +48,36 @@ class WordTokenizer {
   std::unordered_map<std::string, int32_t> ids_;
 };
 
+// A model directory's tokenizer: tokenizer.json of type "word" (the synthetic tasks' vocabulary,
+// above) or "sentencepiece" (text and code, trained by `phasekv tokenizer train`:
+// io/sentencepiece_bpe.h). What the server, the in-process backend and its users see.
+class Tokenizer {
+ public:
+  Tokenizer(WordTokenizer words) : impl_(std::move(words)) {}
+  Tokenizer(SentencePieceBpe pieces) : impl_(std::move(pieces)) {}
+
+  std::vector<int32_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+  // One token as responses show it: the word, or the piece's text (a byte piece alone, part of a
+  // character, shows as U+FFFD). Throws phasekv::Error on an id outside [0, size()).
+  std::string token_text(int32_t id) const;
+  // What separates two tokens' texts in decode(): " " between words, "" between pieces.
+  const char* separator() const;
+  // The id that starts a sequence: "<bos>" (word) or the control piece "<s>", if the vocabulary
+  // has one.
+  std::optional<int32_t> bos_id() const;
+  int size() const;
+  const char* kind() const;  // "word" | "sentencepiece"
+
+ private:
+  std::variant<WordTokenizer, SentencePieceBpe> impl_;
+};
+
 // Writes DIR/task.json (task/task_file.h) and DIR/tokenizer.json (the task's vocabulary), each
 // atomically; creates DIR if missing. Validates the config first, so a bad config writes nothing.
 void save_task_files(const std::string& dir, const TaskConfig& task);
 // DIR/tokenizer.json when the directory has one, else nullopt (a model made by `phasekv init`
-// has none). A present but invalid file throws.
-std::optional<WordTokenizer> load_tokenizer_if_present(const std::string& dir);
+// has none). A present but invalid file throws naming it.
+std::optional<Tokenizer> load_tokenizer_if_present(const std::string& dir);
 
 }  // namespace phasekv

@@ -55,7 +55,7 @@ std::vector<int32_t> render_chat(const json& body, const ModelLimits& limits, bo
   if (!limits.tokenizer)
     bad("messages", "this model has no tokenizer.json, so chat messages cannot be rendered");
   static const std::set<std::string> roles = {"system", "developer", "user", "assistant"};
-  std::string text = "<bos>";
+  std::string text;
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
@@ -67,8 +67,12 @@ std::vector<int32_t> render_chat(const json& body, const ModelLimits& limits, bo
     text += " " + content_text(m, where);
   }
   // One tokenizer for the whole text, so an unknown word is reported as the prompt's; the
-  // message names the word.
-  return encode_text(text, add_special, limits, "messages");
+  // message names the word. The template's <bos> is the tokenizer's start id (a word
+  // tokenizer's "<bos>", a sentencepiece's "<s>"); add_special puts a second one before it.
+  auto ids = encode_text(text, false, limits, "messages");
+  if (const auto bos = limits.tokenizer->bos_id())
+    ids.insert(ids.begin(), add_special ? 2 : 1, *bos);
+  return ids;
 }
 
 }  // namespace phasekv

@@ -9,7 +9,8 @@
 // prompt: the assistant's answer continues the sequence, so a user message that ends in the
 // task's query `<q> k12` is answered with the value, as in training. The same rendering in
 // Jinja (published in GET /v1/models under phasekv.chat_template) is kChatTemplate; it writes
-// text that the word tokenizer turns into these ids.
+// text that the word tokenizer turns into these ids. A model with a sentencepiece tokenizer is
+// rendered the same way: its start id "<s>", then " " + each message's content, encoded as text.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>

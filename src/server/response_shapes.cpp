@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <cstring>
 #include <random>
 
 namespace phasekv {
@@ -41,7 +42,9 @@ std::string text_of(const std::vector<int32_t>& ids, const ModelLimits& limits) 
 
 void LogprobsBuilder::add(int32_t id, const TokenLogprobs* lp) {
   const std::string text = token_text(id, as_ids_, limits_);
-  const size_t start = tokens_.empty() ? 0 : offset_ + 1;  // words: one space between
+  // Token texts join with the tokenizer's separator (one space between words).
+  const size_t gap = limits_.tokenizer && !as_ids_ ? std::strlen(limits_.tokenizer->separator()) : 1;
+  const size_t start = tokens_.empty() ? 0 : offset_ + gap;
   offsets_.push_back(start);
   offset_ = start + text.size();
   tokens_.push_back(text);
@@ -69,7 +72,8 @@ json LogprobsBuilder::build(size_t from) const {
 json completion_choice(size_t index, const std::vector<int32_t>& prompt, const EngineResult& r,
                        const CompletionRequest& req, const ModelLimits& limits) {
   std::string text = text_of(r.generated, limits);
-  if (!text.empty()) text = " " + text;  // continues the prompt's words
+  if (!text.empty() && limits.tokenizer)  // continues the prompt's text
+    text = limits.tokenizer->separator() + text;
   if (req.echo) text = text_of(prompt, limits) + text;
   json logprobs = nullptr;
   if (req.logprobs) {

@@ -98,7 +98,7 @@ const std::map<std::string, std::string>& route_methods() {
 
 }  // namespace
 
-CompletionServer::CompletionServer(LocalBackend& backend, std::optional<WordTokenizer> tokenizer,
+CompletionServer::CompletionServer(LocalBackend& backend, std::optional<Tokenizer> tokenizer,
                                    std::optional<TaskConfig> task, ServerOptions options)
     : backend_(backend),
       tokenizer_(std::move(tokenizer)),
@@ -239,7 +239,7 @@ void CompletionServer::handle_models(httplib::Response& res) const {
   const ModelConfig& cfg = backend_.model()->cfg;
   json phasekv = {{"config_hash", config_hash(cfg)},
                   {"vocab_size", cfg.vocab_size},
-                  {"tokenizer", tokenizer_ ? "word" : "none"},
+                  {"tokenizer", tokenizer_ ? tokenizer_->kind() : "none"},
                   {"chat_template", tokenizer_ ? json(kChatTemplate) : json(nullptr)},
                   {"task", task_ ? task_config_to_json(*task_) : json(nullptr)}};
   json card = {{"id", name_},
@@ -351,8 +351,8 @@ void CompletionServer::handle_detokenize(const json& body, httplib::Response& re
       if (ids[i] >= tokenizer_->size())
         throw ApiError(400, "invalid_request_error", "tokens",
                        "tokens[" + std::to_string(i) + "]: id " + std::to_string(ids[i]) +
-                           " has no word in tokenizer.json (" + std::to_string(tokenizer_->size()) +
-                           " words)");
+                           " is outside tokenizer.json's vocabulary (" +
+                           std::to_string(tokenizer_->size()) + " tokens)");
     send_json(res, 200, {{"prompt", tokenizer_->decode(ids)}});
   });
 }

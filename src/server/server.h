@@ -80,7 +80,7 @@ class CompletionServer {
   // `backend` must outlive the server. `tokenizer`: the model's tokenizer.json (text prompts,
   // /tokenize); `task`: its training task (task.json), published in /v1/models so an audit can
   // build the same examples. Either may be absent.
-  CompletionServer(LocalBackend& backend, std::optional<WordTokenizer> tokenizer,
+  CompletionServer(LocalBackend& backend, std::optional<Tokenizer> tokenizer,
                    std::optional<TaskConfig> task, ServerOptions options);
   ~CompletionServer();
   CompletionServer(const CompletionServer&) = delete;
@@ -119,7 +119,7 @@ class CompletionServer {
   void handle_detokenize(const nlohmann::json& body, httplib::Response& res) const;
 
   LocalBackend& backend_;
-  std::optional<WordTokenizer> tokenizer_;
+  std::optional<Tokenizer> tokenizer_;
   std::optional<TaskConfig> task_;
   ServerOptions options_;
   std::string name_;

@@ -143,17 +143,15 @@ std::vector<int32_t> encode_text(const std::string& text, bool add_special,
   } catch (const Error& e) {
     bad(param, e.what());
   }
-  const auto& words = limits.tokenizer->tokens();
-  auto bos = std::find(words.begin(), words.end(), "<bos>");
-  if (add_special && bos != words.end())
-    ids.insert(ids.begin(), static_cast<int32_t>(bos - words.begin()));
+  const auto bos = limits.tokenizer->bos_id();
+  if (add_special && bos) ids.insert(ids.begin(), *bos);
   return ids;
 }
 
 std::string token_text(int32_t id, bool as_ids, const ModelLimits& limits) {
   if (as_ids || !limits.tokenizer || id >= limits.tokenizer->size())
     return "token_id:" + std::to_string(id);
-  return limits.tokenizer->tokens()[static_cast<size_t>(id)];
+  return limits.tokenizer->token_text(id);
 }
 
 namespace {

@@ -39,7 +39,7 @@ struct ModelLimits {
   int max_prompts = 64;
   // (prompt tokens with echo + max_tokens) x (logprobs + 1), summed over a request's prompts.
   int64_t max_logprob_entries = int64_t{1} << 20;
-  const WordTokenizer* tokenizer = nullptr;  // nullptr: token-id prompts only
+  const Tokenizer* tokenizer = nullptr;  // nullptr: token-id prompts only
 };
 
 // What /v1/completions and /v1/chat/completions share: sampling, the token rendering and

@@ -1,0 +1,146 @@
+// A model with a sentencepiece tokenizer (trained by `phasekv tokenizer train`) behind `phasekv
+// serve` and the in-process backend: text prompts tokenize as libsentencepiece does (compared
+// with `phasekv tokenizer encode`, which runs it), detokenize back, and completions and their
+// logprobs show the pieces' text.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "served.h"
+#include "task/filler_corpus.h"
+
+namespace phasekv {
+namespace {
+
+using nlohmann::json;
+using test::post;
+using test::Served;
+
+const char* kLines =
+    "def quantize(x, scale):\n    y = x / scale\n    return clamp(y, -448.0, 448.0)\n"
+    "class Buffer:\n    def put(self, i, v):\n        self.data[i] = v\n";
+
+std::string run_capture(const std::string& cmd, const std::filesystem::path& out) {
+  EXPECT_EQ(std::system((cmd + " > " + out.string() + " 2>&1").c_str()), 0) << cmd;
+  return test::slurp(out.string());
+}
+
+// A tiny random model whose vocabulary is a 300-piece tokenizer trained on kLines.
+void write_model(const std::string& dir) {
+  const std::filesystem::path root = std::filesystem::path(dir).parent_path();
+  std::string text;
+  for (int r = 0; r < 30; ++r) text += kLines;
+  std::ofstream(root / "code.py") << text;
+  const json manifest = {{"files", {{{"path", (root / "code.py").string()},
+                                     {"bytes", text.size()},
+                                     {"sha256", sha256_hex(text)}}}}};
+  std::ofstream(root / "corpus.json") << manifest.dump();
+  AttentionConfig a;
+  a.kind = AttentionKind::kChunked;
+  a.stride = 4;
+  a.width = 4;
+  a.n_win = 2;
+  ModelConfig cfg = test::tiny_config(a);
+  cfg.vocab_size = 300;
+  cfg.max_context = 64;
+  Decoder model = test::make_model(cfg, 5);
+  save_model_dir(dir, model);
+  run_capture(std::string(PHASEKV_BINARY) + " tokenizer train --manifest " +
+                  (root / "corpus.json").string() + " --out " + dir + " --vocab-size 300",
+              root / "train.log");
+}
+
+class ServeSentencePiece : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { served_ = new Served({}, 64, write_model); }
+  static void TearDownTestSuite() {
+    delete served_;
+    served_ = nullptr;
+  }
+  static Served* served_;
+};
+Served* ServeSentencePiece::served_ = nullptr;
+
+TEST_F(ServeSentencePiece, TextTokenizesAsLibsentencepieceAndRoundTrips) {
+  const int port = served_->port();
+  httplib::Client c("127.0.0.1", port);
+  const auto models = json::parse(c.Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["phasekv"]["tokenizer"], "sentencepiece");
+  EXPECT_EQ(served_->local().describe()["tokenizer"], "sentencepiece");
+  for (const std::string text : {"    return clamp(y, -448.0, 448.0)", "T.Cast(FP8 é€ 😀", " x"}) {
+    // `phasekv tokenizer encode` prints libsentencepiece's ids, comma-separated, on its first line.
+    const auto tmp = std::filesystem::temp_directory_path() / "phasekv_spm_encode.txt";
+    const std::string tok_dir = served_->model_dir();
+    std::string printed = run_capture(std::string(PHASEKV_BINARY) + " tokenizer encode --tokenizer " +
+                                          tok_dir + " --text '" + text + "'",
+                                      tmp);
+    printed = printed.substr(0, printed.find('\n'));
+    std::vector<int32_t> want;
+    for (size_t at = 0; at < printed.size();) {
+      const size_t comma = printed.find(',', at);
+      want.push_back(std::stoi(printed.substr(at, comma - at)));
+      at = comma == std::string::npos ? printed.size() : comma + 1;
+    }
+    EXPECT_EQ(served_->local().tokenize(text), want) << text;
+    const auto r = post(port, "/tokenize", json{{"prompt", text}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body.dump();
+    std::vector<int32_t> with_bos = {1};  // /tokenize adds the start piece <s>, as vLLM does
+    with_bos.insert(with_bos.end(), want.begin(), want.end());
+    EXPECT_EQ(r.body["tokens"].get<std::vector<int32_t>>(), with_bos) << text;
+    const auto d = post(port, "/detokenize", json{{"tokens", want}}.dump());
+    ASSERT_EQ(d.status, 200) << d.body.dump();
+    EXPECT_EQ(d.body["prompt"], text);
+    EXPECT_EQ(served_->local().detokenize(want), text);
+  }
+}
+
+TEST_F(ServeSentencePiece, CompletionTextAndLogprobsShowThePieces) {
+  const auto r = post(served_->port(), "/v1/completions",
+                      json{{"model", served_->name()},
+                           {"prompt", "def quantize(x"},
+                           {"max_tokens", 6},
+                           {"temperature", 0},
+                           {"logprobs", 2}}
+                          .dump());
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  const json& choice = r.body["choices"][0];
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u);
+  // Pieces join with nothing between them, and each offset is where its token's text starts.
+  std::string joined;
+  for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+    EXPECT_EQ(lp["text_offset"][i], joined.size()) << i;
+    joined += lp["tokens"][i].get<std::string>();
+  }
+  // The choice's text is the decoded pieces (equal to the join unless a byte piece splits a
+  // character, which the random model may emit: then each of its pieces shows U+FFFD).
+  const auto gen = served_->local().tokenize(choice["text"].get<std::string>());
+  EXPECT_EQ(served_->local().detokenize(gen), choice["text"].get<std::string>());
+  if (joined.find("\xEF\xBF\xBD") == std::string::npos) EXPECT_EQ(choice["text"], joined);
+}
+
+// A chat renders as the start piece, then " " + each message's content, encoded as text
+// (server/chat_template.h).
+TEST_F(ServeSentencePiece, ChatRendersTheStartPieceAndTheContentAsText) {
+  const auto r = post(served_->port(), "/v1/chat/completions",
+                      json{{"model", served_->name()},
+                           {"messages", {{{"role", "user"}, {"content", "def quantize(x"}}}},
+                           {"max_tokens", 2},
+                           {"temperature", 0}}
+                          .dump());
+  ASSERT_EQ(r.status, 200) << r.body.dump();
+  const auto content = served_->local().tokenize(" def quantize(x");
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], content.size() + 1);
+  const auto t = post(served_->port(), "/tokenize",
+                      json{{"messages", {{{"role", "user"}, {"content", "def quantize(x"}}}},
+                           {"add_special_tokens", false}}
+                          .dump());
+  ASSERT_EQ(t.status, 200) << t.body.dump();
+  std::vector<int32_t> want = {1};
+  want.insert(want.end(), content.begin(), content.end());
+  EXPECT_EQ(t.body["tokens"].get<std::vector<int32_t>>(), want);
+}
+
+}  // namespace
+}  // namespace phasekv
