@@ -117,7 +117,9 @@ TEST_F(ServeSentencePiece, CompletionTextAndLogprobsShowThePieces) {
   // character, which the random model may emit: then each of its pieces shows U+FFFD).
   const auto gen = served_->local().tokenize(choice["text"].get<std::string>());
   EXPECT_EQ(served_->local().detokenize(gen), choice["text"].get<std::string>());
-  if (joined.find("\xEF\xBF\xBD") == std::string::npos) EXPECT_EQ(choice["text"], joined);
+  if (joined.find("\xEF\xBF\xBD") == std::string::npos) {
+    EXPECT_EQ(choice["text"], joined);
+  }
 }
 
 // A chat renders as the start piece, then " " + each message's content, encoded as text

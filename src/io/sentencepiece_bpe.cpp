@@ -151,10 +151,11 @@ std::vector<int32_t> SentencePieceBpe::encode(const std::string& text) const {
   std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> agenda(worse);
   // Unused pieces merge like normal ones and are split back into their two parts at the end.
   std::unordered_map<std::string, std::pair<std::string, std::string>> unmerge;
+  const std::string_view view(norm);
   const auto consider = [&](int l, int r) {
     if (l < 0 || r < 0) return;
     const size_t len = sym[l].len + sym[r].len;
-    const auto it = mergeable_.find(norm.substr(sym[l].at, len));
+    const auto it = mergeable_.find(view.substr(sym[l].at, len));
     if (it == mergeable_.end()) return;
     agenda.push({scores_[it->second], l, r, len});
     if (types_[it->second] == Type::kUnused)

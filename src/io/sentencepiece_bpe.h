@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -42,7 +43,12 @@ class SentencePieceBpe {
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::vector<Type> types_;
-  std::unordered_map<std::string, int32_t> mergeable_;  // normal pieces
+  // Normal and unused pieces, looked up by string_view (no copy per candidate pair).
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> mergeable_;
   int32_t byte_ids_[256] = {};
   int32_t unk_id_ = -1;
   std::string unk_surface_;
