@@ -117,9 +117,13 @@ SentencePieceBpe SentencePieceBpe::from_json(const json& j, const std::string& w
 }
 
 std::vector<int32_t> SentencePieceBpe::encode(const std::string& text) const {
-  // Normalise: ' ' -> U+2581, each invalid byte -> U+FFFD; then one symbol per character.
+  // Normalise: ' ' -> U+2581, each invalid byte -> U+FFFD; one symbol per character.
+  struct Symbol {
+    int prev, next;
+    size_t at, len;  // the symbol's bytes in norm; len 0 once merged into its left neighbour
+  };
   std::string norm;
-  std::vector<std::pair<size_t, size_t>> chars;  // (offset, length) in norm
+  std::vector<Symbol> sym;
   for (size_t i = 0; i < text.size();) {
     const size_t n = utf8_char_len(text, i);
     const size_t at = norm.size();
@@ -129,16 +133,10 @@ std::vector<int32_t> SentencePieceBpe::encode(const std::string& text) const {
       norm += kSpace, ++i;
     else
       norm.append(text, i, n), i += n;
-    chars.emplace_back(at, norm.size() - at);
+    const int k = static_cast<int>(sym.size());
+    sym.push_back({k - 1, k + 1, at, norm.size() - at});
   }
-  struct Symbol {
-    int prev, next;
-    size_t at, len;  // the symbol's bytes in norm; len 0 once merged into its left neighbour
-  };
-  std::vector<Symbol> sym(chars.size());
-  for (size_t i = 0; i < chars.size(); ++i)
-    sym[i] = {static_cast<int>(i) - 1, i + 1 < chars.size() ? static_cast<int>(i) + 1 : -1,
-              chars[i].first, chars[i].second};
+  if (!sym.empty()) sym.back().next = -1;
   struct Pair {
     float score;
     int left, right;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "model/joint_softmax.h"
 #include "model/visibility.h"
 
 namespace phasekv {
@@ -59,7 +60,10 @@ torch::Tensor attend_gathered(const AttentionConfig& a, const torch::Tensor& q,
     // share them, so they are the matrix side of one product per query (no copy per head).
     auto flat = selected.index.reshape({B, 1, Tq * K, 1}).expand({B, Hkv, Tq * K, hd});
     auto gk = ek.gather(2, flat).view({B, Hkv, Tq, K, hd});
-    gv = (ev.is_same(ek) ? gk : ev.gather(2, flat).view({B, Hkv, Tq, K, hd}));
+    // Tied K/V (the value is the key) passes the same entries twice: gather them once.
+    const bool same = ev.data_ptr() == ek.data_ptr() && ev.sizes() == ek.sizes() &&
+                      ev.strides() == ek.strides();
+    gv = same ? gk : ev.gather(2, flat).view({B, Hkv, Tq, K, hd});
     // [B, Hkv, Tq, K, hd] x [B, Hkv, Tq, hd, G] -> [B, Hkv, Tq, K, G] -> [B, Hkv, G, Tq, K]
     scores.push_back(torch::matmul(gk, qg.permute({0, 1, 3, 4, 2})).permute({0, 1, 4, 2, 3}));
     masks.push_back(selected.valid.view({B, 1, 1, Tq, K}));
@@ -69,16 +73,8 @@ torch::Tensor attend_gathered(const AttentionConfig& a, const torch::Tensor& q,
     auto raw = raw_visibility(a, q_pos, r_pos).to(q.device());
     masks.push_back(raw.view({1, 1, 1, Tq, raw.size(1)}).expand({B, 1, 1, Tq, raw.size(1)}));
   }
-  auto s = torch::cat(scores, -1);
-  auto mask = torch::cat(masks, -1);  // [B, 1, 1, Tq, N]
-  const int64_t N = s.size(-1);
-  // As attend_reference: a query that sees nothing outputs 0.
-  auto sees_any = mask.any(-1, /*keepdim=*/true);
-  auto m = s.masked_fill(~(mask | ~sees_any), -INFINITY);
-  if (sink.defined())
-    m = torch::cat({m, sink.to(s.scalar_type()).view({1, Hkv, G, 1, 1}).expand({B, Hkv, G, Tq, 1})},
-                   -1);
-  auto p = torch::softmax(m, -1).narrow(-1, 0, N) * sees_any.to(s.scalar_type());
+  auto mask = torch::cat(masks, -1);  // [B, 1, 1, Tq, K + R]
+  auto p = joint_softmax(torch::cat(scores, -1), mask, mask.any(-1, /*keepdim=*/true), sink);
   torch::Tensor out;
   int64_t off = 0;
   if (has_e) {  // [B, Hkv, Tq, G, K] x [B, Hkv, Tq, K, hd] -> [B, Hkv, G, Tq, hd]

@@ -7,6 +7,7 @@
 #include "model/attend_fast.h"
 #include "model/component_scope.h"
 #include "model/fused.h"
+#include "model/joint_softmax.h"
 #include "model/visibility.h"
 
 namespace phasekv {
@@ -38,17 +39,11 @@ torch::Tensor attend_reference(const AttentionConfig& a, const torch::Tensor& q,
   auto s = torch::cat(scores, -1);
   auto visible = torch::cat(masks, -1).to(q.device());  // [Tq, N]
   const int64_t N = s.size(-1);
-  // A query that sees no key (chunked, n_win = 0, t < S-1) must output 0, not NaN: let it
-  // "see" everything to keep the softmax finite, then zero its weights. An indexed query that
-  // sees an entry has at least one selected (index_topk >= 1), so selection keeps this set.
+  // An indexed query that sees an entry has at least one selected (index_topk >= 1), so the
+  // selection keeps the set of queries that see something.
   auto sees_any = visible.any(-1, /*keepdim=*/true);
   auto weights = [&](const torch::Tensor& mask) {  // [Tq, N] or [B, 1, 1, Tq, N]
-    auto m = s.masked_fill(~(mask | ~sees_any), -INFINITY);
-    if (sink.defined()) {
-      auto col = sink.to(s.scalar_type()).view({1, Hkv, G, 1, 1}).expand({B, Hkv, G, Tq, 1});
-      m = torch::cat({m, col}, -1);
-    }
-    return torch::softmax(m, -1).narrow(-1, 0, N) * sees_any.to(s.scalar_type());
+    return joint_softmax(s, mask, sees_any, sink);
   };
   torch::Tensor p;
   if (has_e && entry_select.defined()) {
