@@ -6,24 +6,31 @@
 #   models/lookup-full     its full-attention control (the suite's run full-1kv)
 #   models/kv-chunked      a boundary-phase toy: S = W = 4, scalar gates, raw window 1 token
 #   models/kv-full         its full-attention control
+#   models/code-chunked    a code model: next-token loss on the Python standard library, W8/S4,
+#                          per-slot payload maps, 16-token raw window (docs/PROBE.md)
+#   models/code-full       its full-attention control
 # Training logs stay in runs/train-<name>/ (train_log.jsonl, train.json); models/<name>/ gets what
-# serving and sweeping need. Pass pair names to retrain only those: lookup, kv.
+# serving and sweeping need. Pass pair names to retrain only those: lookup, kv, code.
+# RESUME=1 continues runs/train-<name> from its checkpoint instead of training afresh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
 mkdir -p runs models
 pairs=("$@")
-[ ${#pairs[@]} -gt 0 ] || pairs=(lookup kv)
+[ ${#pairs[@]} -gt 0 ] || pairs=(lookup kv code)
+start=--force
+[ "${RESUME:-0}" = 1 ] && start=--resume
 for pair in "${pairs[@]}"; do
   case "$pair" in
-    lookup | kv) ;;
-    *) echo "train-bundled.sh: unknown pair '$pair' (allowed: lookup, kv)" >&2; exit 2 ;;
+    lookup | kv | code) ;;
+    *) echo "train-bundled.sh: unknown pair '$pair' (allowed: lookup, kv, code)" >&2; exit 2 ;;
   esac
   names=("$pair-chunked" "$pair-full")
   pids=()
   for name in "${names[@]}"; do
-    build/phasekv train --config "configs/train/$name.toml" --out "runs/train-$name" --force \
-      > "runs/train-$name.log" 2>&1 &
+    [ "$start" = --resume ] || : > "runs/train-$name.log"
+    build/phasekv train --config "configs/train/$name.toml" --out "runs/train-$name" $start \
+      >> "runs/train-$name.log" 2>&1 &
     pids+=($!)
   done
   for i in "${!names[@]}"; do
@@ -35,7 +42,11 @@ for pair in "${pairs[@]}"; do
   for name in "${names[@]}"; do
     tmp="models/.$name.tmp"
     rm -rf "$tmp" && mkdir -p "$tmp"
-    cp "runs/train-$name"/{config.json,model.safetensors,task.json,tokenizer.json,train.json} "$tmp/"
+    cp "runs/train-$name"/{config.json,model.safetensors,tokenizer.json,train.json} "$tmp/"
+    # A task model carries its task; a corpus model its sentencepiece model instead.
+    for extra in task.json tokenizer.model; do
+      [ ! -f "runs/train-$name/$extra" ] || cp "runs/train-$name/$extra" "$tmp/"
+    done
     rm -rf "models/$name" && mv "$tmp" "models/$name"
     tail -n 1 "runs/train-$name.log"
   done

@@ -2,12 +2,12 @@
 // held-out files apart, each file after the start id, and the windows drawn from them.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <set>
 
 #include "task/filler_corpus.h"
 #include "train/text_corpus.h"
 #include "util/error.h"
+#include "corpus_fixture.h"
 #include "test_util.h"
 
 namespace phasekv {
@@ -16,29 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The 1024-piece tokenizer the fuzz target uses (trained on the Python standard library).
-Tokenizer fixture_tokenizer() {
-  auto t = load_tokenizer_if_present(PHASEKV_SOURCE_DIR "/fuzz/data/sentencepiece-1024");
-  if (!t) throw Error("fuzz/data/sentencepiece-1024/tokenizer.json is missing");
-  return *t;
-}
-
-// Writes the files (the last `held_out` of them held out) and their manifest; returns its path.
-std::string write_manifest(const fs::path& dir, const std::vector<std::string>& texts,
-                           size_t held_out) {
-  json files = json::array();
-  for (size_t i = 0; i < texts.size(); ++i) {
-    const fs::path p = dir / ("m" + std::to_string(i) + ".py");
-    std::ofstream(p) << texts[i];
-    files.push_back({{"path", p.string()},
-                     {"bytes", texts[i].size()},
-                     {"sha256", sha256_hex(texts[i])},
-                     {"held_out", i + held_out >= texts.size()}});
-  }
-  const fs::path m = dir / "manifest.json";
-  std::ofstream(m) << json{{"files", files}}.dump();
-  return m.string();
-}
+using test::fixture_tokenizer;
+using test::write_manifest;
 
 const std::vector<std::string> kFiles = {
     "import os\n\ndef walk(top):\n    for name in os.listdir(top):\n        yield name\n",

@@ -9,7 +9,7 @@
 namespace phasekv::cli {
 
 void register_train(CLI::App& app) {
-  auto* cmd = app.add_subcommand("train", "train a model on a synthetic retrieval task");
+  auto* cmd = app.add_subcommand("train", "train a model on a synthetic retrieval task or a text corpus");
   auto config = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto resume = std::make_shared<bool>(false);
@@ -35,8 +35,9 @@ void register_train(CLI::App& app) {
     if (*force && clear_previous_training(*out))
       std::cerr << "--force: removed the previous training in " << *out << "\n";
     auto r = train(cfg, *out, *resume);
-    std::cout << "trained " << r.steps_done << " steps: loss " << r.final_loss << ", eval acc "
-              << r.eval_acc << ", " << static_cast<int64_t>(r.tokens_per_s) << " tokens/s -> "
+    std::cout << "trained " << r.steps_done << " steps: loss " << r.final_loss << ", eval "
+              << (cfg.corpus ? "next-token acc " : "acc ") << r.eval_acc << " loss "
+              << r.eval_loss << ", " << static_cast<int64_t>(r.tokens_per_s) << " tokens/s -> "
               << *out << "\n";
   });
 }

@@ -74,17 +74,47 @@ size_t winner_of(const std::vector<double>& p) {
 }  // namespace
 
 json ProbeSpec::to_json() const {
-  json fams = json::array();
-  for (const auto& f : families)
-    fams.push_back({{"name", f.name}, {"head", f.head}, {"unit", f.unit}, {"tail", f.tail}});
   return {{"code", code},
           {"candidates", candidates},
           {"correct", candidates.at(static_cast<size_t>(correct))},
           {"lengths", {l_min, l_max}},
-          {"family", fams}};
+          {"family", filler_families_to_json(families)}};
 }
 
 std::string ProbeSpec::hash() const { return fnv1a64_hex(to_json().dump()); }
+
+std::vector<FillerFamily> filler_families_from_json(const json& j, const std::string& where) {
+  using namespace json_read;
+  if (!j.contains("family") || !j["family"].is_array() || j["family"].empty())
+    throw Error(where + ": key 'family' must list at least one filler family ([[family]] with "
+                        "name, head, unit, tail)");
+  std::vector<FillerFamily> out;
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["family"].size(); ++i) {
+    const json& f = j["family"][i];
+    const std::string at = where + ": family " + std::to_string(i + 1);
+    check_keys(f, {"name", "head", "unit", "tail"}, at);
+    FillerFamily fam;
+    fam.name = require<std::string>(f, "name", at);
+    if (fam.name.empty() || fam.name.find_first_of("/\\ \t\n") != std::string::npos)
+      throw Error(at + ": key 'name' is \"" + fam.name +
+                  "\" (allowed: a non-empty name without spaces or slashes; it names a chart file)");
+    if (!names.insert(fam.name).second) throw Error(at + ": name \"" + fam.name + "\" is repeated");
+    fam.head = optional<std::string>(f, "head", at).value_or("");
+    fam.unit = require<std::string>(f, "unit", at);
+    if (fam.unit.empty()) throw Error(at + ": key 'unit' is empty (allowed: the repeated text)");
+    fam.tail = optional<std::string>(f, "tail", at).value_or("");
+    out.push_back(std::move(fam));
+  }
+  return out;
+}
+
+json filler_families_to_json(const std::vector<FillerFamily>& families) {
+  json fams = json::array();
+  for (const auto& f : families)
+    fams.push_back({{"name", f.name}, {"head", f.head}, {"unit", f.unit}, {"tail", f.tail}});
+  return fams;
+}
 
 ProbeSpec probe_spec_from_json(const json& j, const std::string& where) {
   using namespace json_read;
@@ -114,31 +144,36 @@ ProbeSpec probe_spec_from_json(const json& j, const std::string& where) {
                         "(filler tokens before the code)");
   s.l_min = lengths[0];
   s.l_max = lengths[1];
-  if (!j.contains("family") || !j["family"].is_array() || j["family"].empty())
-    throw Error(where + ": key 'family' must list at least one filler family ([[family]] with "
-                        "name, head, unit, tail)");
-  std::set<std::string> names;
-  for (size_t i = 0; i < j["family"].size(); ++i) {
-    const json& f = j["family"][i];
-    const std::string at = where + ": family " + std::to_string(i + 1);
-    check_keys(f, {"name", "head", "unit", "tail"}, at);
-    FillerFamily fam;
-    fam.name = require<std::string>(f, "name", at);
-    if (fam.name.empty() || fam.name.find_first_of("/\\ \t\n") != std::string::npos)
-      throw Error(at + ": key 'name' is \"" + fam.name +
-                  "\" (allowed: a non-empty name without spaces or slashes; it names a chart file)");
-    if (!names.insert(fam.name).second) throw Error(at + ": name \"" + fam.name + "\" is repeated");
-    fam.head = optional<std::string>(f, "head", at).value_or("");
-    fam.unit = require<std::string>(f, "unit", at);
-    if (fam.unit.empty()) throw Error(at + ": key 'unit' is empty (allowed: the repeated text)");
-    fam.tail = optional<std::string>(f, "tail", at).value_or("");
-    s.families.push_back(std::move(fam));
-  }
+  s.families = filler_families_from_json(j, where);
   return s;
 }
 
 ProbeSpec probe_spec_from_file(const std::string& path) {
   return probe_spec_from_json(read_config_file(path), path);
+}
+
+std::map<int, ProbePrompt> plan_fillers(Backend& b, const FillerFamily& f, int l_min, int l_hi,
+                                        const std::string& source, std::vector<int>& unreachable) {
+  std::map<int, ProbePrompt> prompts;
+  // Stop once the filler is past l_hi for a while (a merge can make L dip by a token) or after
+  // far more units than tokens wanted (a unit that tokenizes to nothing).
+  const int k_cap = 4 * (l_hi + 1) + 16;
+  int past = 0;
+  for (int k = 0; k <= k_cap && past < 8; ++k) {
+    const std::string text = f.head + repeat(f.unit, k) + f.tail;
+    auto ids = text.empty() ? std::vector<int32_t>{}
+                            : tokenize_or_throw(b, text, source + ": family " + f.name);
+    const int L = static_cast<int>(ids.size());
+    if (L > l_hi) ++past;
+    if (L >= l_min && L <= l_hi && !prompts.count(L)) prompts[L] = {k, std::move(ids)};
+  }
+  unreachable.clear();
+  for (int L = l_min; L <= l_hi; ++L)
+    if (!prompts.count(L)) unreachable.push_back(L);
+  if (prompts.empty())
+    throw Error(fmt::format("{}: family {} gives no filler of {} to {} tokens with {}", source,
+                            f.name, l_min, l_hi, b.model_id()));
+  return prompts;
 }
 
 ProbePlan plan_probe(Backend& b, const ProbeSpec& s, int l_hi) {
@@ -161,27 +196,25 @@ ProbePlan plan_probe(Backend& b, const ProbeSpec& s, int l_hi) {
                             "'lengths' or --retest)",
                             s.source, need, l_hi, p.code_ids.size(), longest, b.model_id(),
                             b.max_context()));
-  for (const auto& f : s.families) {
-    auto& prompts = p.prompts[f.name];
-    // Stop once the filler is past l_hi for a while (a merge can make L dip by a token) or after
-    // far more units than tokens wanted (a unit that tokenizes to nothing).
-    const int k_cap = 4 * (l_hi + 1) + 16;
-    int past = 0;
-    for (int k = 0; k <= k_cap && past < 8; ++k) {
-      const std::string text = f.head + repeat(f.unit, k) + f.tail;
-      auto ids = text.empty() ? std::vector<int32_t>{}
-                              : tokenize_or_throw(b, text, s.source + ": family " + f.name);
-      const int L = static_cast<int>(ids.size());
-      if (L > l_hi) ++past;
-      if (L >= s.l_min && L <= l_hi && !prompts.count(L)) prompts[L] = {k, std::move(ids)};
-    }
-    for (int L = s.l_min; L <= l_hi; ++L)
-      if (!prompts.count(L)) p.unreachable[f.name].push_back(L);
-    if (prompts.empty())
-      throw Error(fmt::format("{}: family {} gives no filler of {} to {} tokens with {}", s.source,
-                              f.name, s.l_min, l_hi, b.model_id()));
-  }
+  for (const auto& f : s.families)
+    p.prompts[f.name] = plan_fillers(b, f, s.l_min, l_hi, s.source, p.unreachable[f.name]);
+  for (auto it = p.unreachable.begin(); it != p.unreachable.end();)
+    it = it->second.empty() ? p.unreachable.erase(it) : std::next(it);
   return p;
+}
+
+const std::string& TokenTexts::of(Backend& backend, int32_t id) {
+  auto known = texts_.find(id);
+  if (known == texts_.end()) {
+    std::string text;
+    try {
+      text = backend.detokenize({id});
+    } catch (const std::exception&) {
+      text = "";
+    }
+    known = texts_.emplace(id, text).first;
+  }
+  return known->second;
 }
 
 ProbeMode::ProbeMode(ProbeSpec spec, ProbePlan plan, EvalRecord identity)
@@ -260,18 +293,7 @@ std::vector<EvalRecord> ProbeMode::evaluate(Backend& backend, const std::vector<
     r.correct = static_cast<int>(win) == spec_.correct;
     const double lp = cs[static_cast<size_t>(spec_.correct)].logprob;
     if (std::isfinite(lp) && !cs[static_cast<size_t>(spec_.correct)].censored) r.target_logprob = lp;
-    // Few distinct greedy tokens over a probe: each is detokenized once (one request when served).
-    auto known = top1_text_.find(first.argmax);
-    if (known == top1_text_.end()) {
-      std::string text;
-      try {
-        text = backend.detokenize({first.argmax});
-      } catch (const std::exception&) {
-        text = "";  // the record keeps the id; the text is a convenience
-      }
-      known = top1_text_.emplace(first.argmax, text).first;
-    }
-    const std::string& top1 = known->second;
+    const std::string& top1 = top1_text_.of(backend, first.argmax);
     r.extra = {{"L", it.phase},
                {"k", plan_.prompts.at(it.condition).at(it.phase).k},
                {"candidates", cands},

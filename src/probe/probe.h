@@ -34,6 +34,11 @@ struct FillerFamily {
   std::string head, unit, tail;  // filler text = head + unit x k + tail
 };
 
+// A spec's "family" list ([[family]] name, head, unit, tail), checked: at least one, names unique
+// and usable as file names, units non-empty. Throws phasekv::Error naming `where` and the key.
+std::vector<FillerFamily> filler_families_from_json(const nlohmann::json& j, const std::string& where);
+nlohmann::json filler_families_to_json(const std::vector<FillerFamily>& families);
+
 struct ProbeSpec {
   std::string source;  // the spec file, for messages
   std::string code;    // the code up to the cursor
@@ -71,6 +76,24 @@ struct ProbePlan {
 // + the longest candidate) exceeds the backend's max_context, or when a family reaches no L.
 ProbePlan plan_probe(Backend& backend, const ProbeSpec& spec, int l_hi);
 
+// One family's fillers: for each L in [l_min, l_hi] the smallest k whose filler text tokenizes
+// to L tokens; `unreachable` gets the L that no k gives. Throws phasekv::Error (naming `source`)
+// when no L is reachable or the tokenizer refuses the text.
+std::map<int, ProbePrompt> plan_fillers(Backend& backend, const FillerFamily& family, int l_min,
+                                        int l_hi, const std::string& source,
+                                        std::vector<int>& unreachable);
+
+// The texts of greedy tokens, each detokenized once (a probe meets few distinct ones; served, each
+// is a request); "" when the backend cannot detokenize it: a record keeps the id, the text is a
+// convenience.
+class TokenTexts {
+ public:
+  const std::string& of(Backend& backend, int32_t id);
+
+ private:
+  std::map<int32_t, std::string> texts_;
+};
+
 class ProbeMode : public EvalMode {
  public:
   ProbeMode(ProbeSpec spec, ProbePlan plan, EvalRecord identity);
@@ -83,7 +106,7 @@ class ProbeMode : public EvalMode {
   ProbeSpec spec_;
   ProbePlan plan_;
   EvalRecord identity_;
-  std::map<int32_t, std::string> top1_text_;  // detokenized greedy tokens
+  TokenTexts top1_text_;
 };
 
 struct ProbeSummaryOptions {

@@ -103,6 +103,9 @@ Suite load_suite(const std::string& path) {
       if (r.contains(section)) over[section] = r.at(section);
     // Strict parsing of the merged config: a wrong key in a run fails before anything runs.
     const TrainConfig tc = train_config_from_json(deep_merge(base, over), where, base_dir);
+    if (tc.corpus)
+      throw Error(where + ": [corpus] (a suite's runs train on a synthetic [task], which its "
+                          "sweeps evaluate; train a corpus model with `phasekv train`)");
     run.config = tc.source;
     if (r.contains("study")) run.study = study_from_json(r.at("study"), where + ": study");
     json_read::read(r, "depth_grid", run.depth_grid, where);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "train/repeat_task.h"
+#include "train/text_corpus.h"
 
 namespace phasekv {
 
@@ -64,6 +65,23 @@ TrainingBatch make_induction_batch(const TaskConfig& task, std::mt19937_64& rng,
     loss_at.push_back(std::move(r.positions));
   }
   return assemble(seqs, loss_at);
+}
+
+TrainingBatch make_corpus_batch(const std::vector<int32_t>& stream, std::mt19937_64& rng, int B,
+                                int T) {
+  auto tokens = torch::empty({B, T}, torch::kInt64), target = torch::empty({B * T}, torch::kInt64);
+  auto in = tokens.accessor<int64_t, 2>();
+  auto out = target.accessor<int64_t, 1>();
+  for (int b = 0; b < B; ++b) {
+    const std::vector<int32_t> w = random_window(stream, int64_t{T} + 1, rng);
+    for (int t = 0; t < T; ++t) {
+      in[b][t] = w[static_cast<size_t>(t)];
+      out[int64_t{b} * T + t] = w[static_cast<size_t>(t) + 1];
+    }
+  }
+  const auto row = torch::arange(int64_t{B}, torch::kInt64).repeat_interleave(int64_t{T});
+  const auto col = torch::arange(int64_t{T}, torch::kInt64).repeat(int64_t{B});
+  return {tokens, row, col, target};
 }
 
 }  // namespace phasekv

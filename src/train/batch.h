@@ -30,4 +30,10 @@ TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, 
 TrainingBatch make_induction_batch(const TaskConfig& task, std::mt19937_64& rng, int B,
                                    int max_len);
 
+// Next-token training on a token stream ([corpus]): B windows of T + 1 consecutive tokens from
+// uniform random starts (train/text_corpus.h's random_window); the [B, T] inputs predict the
+// next token at every position. Consumes `rng` in row order.
+TrainingBatch make_corpus_batch(const std::vector<int32_t>& stream, std::mt19937_64& rng, int B,
+                                int T);
+
 }  // namespace phasekv

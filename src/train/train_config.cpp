@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 
+#include "io/tokenizer.h"
 #include "train/repeat_task.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -120,7 +121,61 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   return t;
 }
 
+std::string resolve_path(const std::string& path, const std::string& base_dir) {
+  std::filesystem::path p(path);
+  if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
+  return p.lexically_normal().string();
+}
+
+// [corpus]: the files and the tokenizer are checked here, so that a wrong path or a tokenizer of
+// another size stops the run before any step.
+CorpusConfig corpus_from_json(const json& j, const std::string& where, const std::string& base_dir,
+                              const ModelConfig& model) {
+  json_read::check_keys(j, {"manifest", "tokenizer", "context_len"}, where);
+  CorpusConfig c;
+  for (const char* k : {"manifest", "tokenizer"})
+    if (!j.contains(k)) throw Error(where + ": missing key '" + std::string(k) + "'");
+  read(j, "manifest", c.manifest, where);
+  read(j, "tokenizer", c.tokenizer, where);
+  read(j, "context_len", c.context_len, where);
+  c.manifest = resolve_path(c.manifest, base_dir);
+  c.tokenizer = resolve_path(c.tokenizer, base_dir);
+  if (!std::filesystem::exists(c.manifest))
+    throw Error(where + ": key 'manifest': " + c.manifest + " does not exist");
+  if (c.context_len < 2 || c.context_len > model.max_context)
+    throw Error(where + ": key 'context_len' is " + std::to_string(c.context_len) +
+                " (allowed: 2 to the model's max_context = " + std::to_string(model.max_context) +
+                ")");
+  const auto tok = load_tokenizer_if_present(c.tokenizer);
+  if (!tok)
+    throw Error(where + ": key 'tokenizer': " + c.tokenizer +
+                " has no tokenizer.json (make one with `phasekv tokenizer train`)");
+  if (tok->size() != model.vocab_size)
+    throw Error(where + ": the tokenizer in " + c.tokenizer + " has " +
+                std::to_string(tok->size()) + " tokens but [model] vocab_size is " +
+                std::to_string(model.vocab_size) + " (they must be equal)");
+  return c;
+}
+
+// What [train] keys mean for synthetic tasks only; a corpus run refuses them rather than
+// silently ignoring them (its windows start anywhere, so phases are random already).
+void check_corpus_options(const TrainOptions& t, const std::string& where) {
+  auto refuse = [&](bool set, const char* key) {
+    if (set)
+      throw Error(where + ": key '" + std::string(key) +
+                  "' applies to [task] training only (allowed with [corpus]: 0 or absent)");
+  };
+  refuse(t.offset_randomization != 0, "offset_randomization");
+  refuse(t.repeat_fraction != 0, "repeat_fraction");
+  refuse(t.induction_steps != 0, "induction_steps");
+  refuse(t.phase_curriculum != 0, "phase_curriculum");
+}
+
 }  // namespace
+
+nlohmann::json corpus_config_to_json(const CorpusConfig& c) {
+  return {{"manifest", c.manifest}, {"tokenizer", c.tokenizer}, {"context_len", c.context_len}};
+}
 
 nlohmann::json train_options_to_json(const TrainOptions& t) {
   nlohmann::json j = {{"steps", t.steps},
@@ -156,10 +211,17 @@ nlohmann::json train_options_to_json(const TrainOptions& t) {
 TrainConfig train_config_from_json(const json& j, const std::string& where,
                                    const std::string& base_dir) {
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (it.key() != "model" && it.key() != "task" && it.key() != "train")
-      throw Error(where + ": unknown section [" + it.key() + "] (allowed: model, task, train)");
-  for (const char* s : {"model", "task", "train"})
-    if (!j.contains(s)) throw Error(where + ": missing section [" + std::string(s) + "]");
+    if (it.key() != "model" && it.key() != "task" && it.key() != "corpus" && it.key() != "train")
+      throw Error(where + ": unknown section [" + it.key() +
+                  "] (allowed: model, task or corpus, train)");
+  const bool corpus = j.contains("corpus");
+  if (corpus && j.contains("task"))
+    throw Error(where + ": [task] and [corpus] are both given (allowed: one of them: a synthetic "
+                        "task, or next-token training on a text corpus)");
+  for (const char* s : {"model", corpus ? "corpus" : "task", "train"})
+    if (!j.contains(s))
+      throw Error(where + ": missing section [" + std::string(s) + "]" +
+                  (std::string(s) == "task" ? " (or [corpus])" : ""));
   TrainConfig c;
   const json& m = j.at("model");
   // [model] either points at a model config JSON (config = "path", relative to the TOML file)
@@ -168,19 +230,21 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
     if (m.size() != 1 || !m.at("config").is_string())
       throw Error(where +
                   ": [model] takes either config = \"file.json\" or inline model keys, not both");
-    std::filesystem::path p(m.at("config").get<std::string>());
-    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-    c.model = model_config_from_file(p.string());
+    c.model = model_config_from_file(resolve_path(m.at("config").get<std::string>(), base_dir));
   } else {
     c.model = model_config_from_json(m, where + ": [model]");
   }
-  c.task = task_config_from_json(j.at("task"), where + ": [task]");
   c.train = options_from_json(j.at("train"), where + ": [train]");
-  if (!c.train.init_from.empty()) {
-    std::filesystem::path p(c.train.init_from);
-    if (p.is_relative()) p = std::filesystem::path(base_dir) / p;
-    c.train.init_from = p.lexically_normal().string();
+  if (!c.train.init_from.empty()) c.train.init_from = resolve_path(c.train.init_from, base_dir);
+  if (corpus) {
+    c.corpus = corpus_from_json(j.at("corpus"), where + ": [corpus]", base_dir, c.model);
+    check_corpus_options(c.train, where + ": [train]");
+    c.source = {{"model", model_config_to_json(c.model)},
+                {"corpus", corpus_config_to_json(*c.corpus)},
+                {"train", train_options_to_json(c.train)}};
+    return c;
   }
+  c.task = task_config_from_json(j.at("task"), where + ": [task]");
   const int vocab = task_vocab(c.task).vocab_size();
   if (c.model.vocab_size != vocab)
     throw Error(where + ": [model] vocab_size is " + std::to_string(c.model.vocab_size) +

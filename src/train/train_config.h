@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "config/model_config.h"
@@ -54,11 +55,21 @@ struct TrainOptions {
   int checkpoint_every = 500;
 };
 
+// [corpus]: next-token training on every token of a text corpus (train/text_corpus.h), the code
+// models of docs/PROBE.md, instead of a synthetic [task]. Training windows are drawn from the
+// manifest's training files, validation windows (eval_examples of them) from its held-out files.
+struct CorpusConfig {
+  std::string manifest;   // a corpus manifest (data/corpus/*.json), relative to the TOML file
+  std::string tokenizer;  // a directory from `phasekv tokenizer train`, relative to the TOML file
+  int context_len = 256;  // tokens per window: every one is a prediction
+};
+
 constexpr int kMaxTrainBatch = 4096;  // sequences per step (the study trained with 128)
 
 struct TrainConfig {
   ModelConfig model;
-  TaskConfig task;
+  TaskConfig task;                    // unused when corpus is set
+  std::optional<CorpusConfig> corpus;  // [corpus] instead of [task]
   TrainOptions train;
   nlohmann::json source;  // the whole config as JSON, stored beside the model for provenance
 };
@@ -71,5 +82,6 @@ nlohmann::json read_config_file(const std::string& path);
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where,
                                    const std::string& base_dir);
 nlohmann::json train_options_to_json(const TrainOptions& t);
+nlohmann::json corpus_config_to_json(const CorpusConfig& c);
 
 }  // namespace phasekv

@@ -19,6 +19,7 @@
 #include "model/precision.h"
 #include "train/batch.h"
 #include "train/fused_adamw.h"
+#include "train/text_corpus.h"
 #include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -276,13 +277,65 @@ StepOutcome optimizer_step(Decoder& model, torch::optim::Optimizer& opt, const T
           (logits.argmax(-1) == batch.target).to(torch::kFloat64).mean().item<double>()};
 }
 
+// Where a run's batches and evaluations come from: the synthetic [task], or the token streams of a
+// [corpus] (tokenized once per run: about a second for the bundled code corpus).
+class TrainingData {
+ public:
+  explicit TrainingData(const TrainConfig& cfg) : cfg_(cfg) {
+    if (!cfg.corpus) return;
+    const auto tokenizer = load_tokenizer_if_present(cfg.corpus->tokenizer);
+    if (!tokenizer) throw Error("[corpus] tokenizer: " + cfg.corpus->tokenizer + " has no tokenizer.json");
+    streams_ = tokenize_corpus(cfg.corpus->manifest, *tokenizer);
+    validation_ = consecutive_windows(streams_.held_out, int64_t{cfg.corpus->context_len} + 1,
+                                      cfg.train.eval_examples);
+    if (validation_.empty())
+      throw Error(fmt::format("[corpus] {}: the held-out files hold {} tokens, fewer than one "
+                              "validation window of context_len + 1 = {}",
+                              cfg.corpus->manifest, streams_.held_out.size(),
+                              cfg.corpus->context_len + 1));
+    std::cerr << fmt::format(
+        "corpus: {} training files ({} tokens), {} held-out files ({} tokens), {} validation "
+        "windows of {} tokens\n",
+        streams_.train_files, streams_.train.size(), streams_.held_out_files,
+        streams_.held_out.size(), validation_.size(), cfg.corpus->context_len);
+  }
+
+  TrainingBatch batch(int step, std::mt19937_64& rng,
+                      const std::vector<double>& phase_weights) const {
+    const auto& t = cfg_.train;
+    if (cfg_.corpus) return make_corpus_batch(streams_.train, rng, t.batch, cfg_.corpus->context_len);
+    if (step < t.induction_steps) return make_induction_batch(cfg_.task, rng, t.batch, t.induction_len);
+    return make_training_batch(cfg_.task, rng, t.batch, t.offset_randomization, t.repeat_fraction,
+                               t.repeat_marker, phase_weights);
+  }
+
+  EvalScore evaluate(Decoder& model, int n, uint64_t seed) const {
+    if (cfg_.corpus) return evaluate_next_tokens(model, validation_);
+    return evaluate_targets(model, cfg_.task, n, seed, std::max(cfg_.train.offset_randomization, 1));
+  }
+
+  // What a model directory needs beside its weights: the task's files, or the corpus's tokenizer.
+  void save_beside_model(const std::string& out_dir) const {
+    if (!cfg_.corpus) return save_task_files(out_dir, cfg_.task);
+    for (const char* f : {"tokenizer.json", "tokenizer.model"}) {
+      const fs::path from = fs::path(cfg_.corpus->tokenizer) / f;
+      if (fs::exists(from)) write_file_atomic(out_dir + "/" + f, read_file(from.string()));
+    }
+  }
+
+ private:
+  const TrainConfig& cfg_;
+  TokenStreams streams_;
+  std::vector<std::vector<int32_t>> validation_;
+};
+
 }  // namespace
 
 bool clear_previous_training(const std::string& out_dir) {
   const fs::path d(out_dir);
   bool any = false;
   for (const char* f : {"checkpoint", "checkpoint.old", "checkpoint.tmp", "model.safetensors",
-                        "config.json", "task.json", "tokenizer.json", "train.json",
+                        "config.json", "task.json", "tokenizer.json", "tokenizer.model", "train.json",
                         "train_log.jsonl"})
     any = fs::remove_all(d / f) > 0 || any;
   return any;
@@ -338,6 +391,36 @@ EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64
   return score;
 }
 
+EvalScore evaluate_next_tokens(Decoder& model, const std::vector<std::vector<int32_t>>& windows) {
+  torch::NoGradGuard g;
+  if (windows.empty()) throw Error("evaluate_next_tokens: no window");
+  const int64_t T = static_cast<int64_t>(windows[0].size()) - 1;
+  double loss_sum = 0;
+  int64_t correct = 0, count = 0;
+  const size_t chunk = 16;  // 16 x T x vocab logits at a time
+  for (size_t start = 0; start < windows.size(); start += chunk) {
+    const size_t n = std::min(chunk, windows.size() - start);
+    auto tokens = torch::empty({static_cast<int64_t>(n), T + 1}, torch::kInt64);
+    auto acc = tokens.accessor<int64_t, 2>();
+    for (size_t b = 0; b < n; ++b) {
+      const auto& w = windows[start + b];
+      if (static_cast<int64_t>(w.size()) != T + 1)
+        throw Error("evaluate_next_tokens: windows of different lengths");
+      for (int64_t t = 0; t <= T; ++t) acc[static_cast<int64_t>(b)][t] = w[static_cast<size_t>(t)];
+    }
+    const auto input = tokens.slice(1, 0, T), target = tokens.slice(1, 1, T + 1);
+    const auto logp =
+        torch::log_softmax(model->logits_from_hidden(model->hidden(input)).to(torch::kFloat64), -1);
+    loss_sum -= logp.gather(-1, target.unsqueeze(-1)).sum().item<double>();
+    correct += (logp.argmax(-1) == target).sum().item<int64_t>();
+    count += target.numel();
+  }
+  EvalScore score;
+  score.loss = loss_sum / static_cast<double>(count);
+  score.acc = static_cast<double>(correct) / static_cast<double>(count);
+  return score;
+}
+
 std::vector<double> curriculum_weights(const EvalScore& e, double c) {
   const size_t M = e.phase_count.size();
   std::vector<double> err(M, 0.0), w(M, 1.0 / static_cast<double>(M));
@@ -362,6 +445,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   flush_denormals();
   kernels::set_compute_threads(
       t.threads > 0 ? t.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const TrainingData data(cfg);
   fs::create_directories(out_dir);
   torch::manual_seed(t.seed);
   Decoder model(cfg.model);
@@ -414,10 +498,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   int window = 0;
   auto t_start = std::chrono::steady_clock::now(), t_window = t_start;
   for (; step < t.steps; ++step) {
-    auto batch = step < t.induction_steps
-                     ? make_induction_batch(cfg.task, rng, t.batch, t.induction_len)
-                     : make_training_batch(cfg.task, rng, t.batch, t.offset_randomization,
-                                           t.repeat_fraction, t.repeat_marker, phase_weights);
+    const TrainingBatch batch = data.batch(step, rng, phase_weights);
     for (auto& group : opt->param_groups())
       static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr_at(t, step));
     const StepOutcome out = optimizer_step(model, *opt, batch, precision, t.clip);
@@ -442,8 +523,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
       std::string eval_str;
       if (done % t.eval_every == 0 || last) {
         model->eval();
-        const EvalScore e = evaluate_targets(model, cfg.task, t.eval_examples, eval_seed,
-                                             std::max(t.offset_randomization, 1));
+        const EvalScore e = data.evaluate(model, t.eval_examples, eval_seed);
         result.eval_acc = e.acc;
         result.eval_loss = e.loss;
         model->train();
@@ -474,7 +554,7 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   result.steps_done = step;
   model->eval();
   save_model_dir(out_dir, model, torch::kFloat32, {{"seed", std::to_string(t.seed)}});
-  save_task_files(out_dir, cfg.task);  // task.json + tokenizer.json: sweeps and serving need both
+  data.save_beside_model(out_dir);  // sweeps, serving and probes need the tokenizer (and task)
   return result;
 }
 
@@ -486,6 +566,7 @@ StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
   flush_denormals();
   kernels::set_compute_threads(
       t.threads > 0 ? t.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const TrainingData data(cfg);
   Decoder model(cfg.model);
   model->init_weights(t.seed);
   model->train();
@@ -499,9 +580,7 @@ StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
     for (int i = 0; i < warmup + reps; ++i) {
       // Batches are built inside the timed span, as in train(): their cost is part of a step.
       const auto t0 = clock::now();
-      auto batch = induction ? make_induction_batch(cfg.task, rng, t.batch, t.induction_len)
-                             : make_training_batch(cfg.task, rng, t.batch, t.offset_randomization,
-                                                   t.repeat_fraction, t.repeat_marker);
+      const TrainingBatch batch = data.batch(induction ? 0 : t.induction_steps, rng, {});
       optimizer_step(model, *opt, batch, precision, t.clip);
       if (i >= warmup) secs.push_back(std::chrono::duration<double>(clock::now() - t0).count());
     }
@@ -512,9 +591,10 @@ StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
   if (t.induction_steps > 0) cost.induction_s = median_step(true);
   if (t.steps > t.induction_steps) cost.task_s = median_step(false);
   model->eval();
-  const int n = std::max(8, t.eval_examples / 8);
+  // A corpus run evaluates all its validation windows; a task run eval_examples prompts.
+  const int n = cfg.corpus ? t.eval_examples : std::max(8, t.eval_examples / 8);
   const auto t0 = clock::now();
-  evaluate_targets(model, cfg.task, n, t.seed + 1000003, std::max(t.offset_randomization, 1));
+  data.evaluate(model, n, t.seed + 1000003);
   cost.eval_example_s = std::chrono::duration<double>(clock::now() - t0).count() / n;
   return cost;
 }
