@@ -30,7 +30,7 @@ for spec in "$OUT"/code-chunked/flips/examples/*.json; do
     echo "== $m: $site"
     build/phasekv probe --spec "$spec" --model "models/$m" --stride 4 --threads 1 \
       --out "$OUT/$m/examples/$site" | head -n 1
-    family=${site##*-}
-    cp "$OUT/$m/examples/$site/probe-$family.svg" "docs/probe/$m-$site.svg"
+    # An example spec has one family: its chart is the one probe-FAMILY.svg (probe.svg is the margin).
+    cp "$OUT/$m/examples/$site"/probe-*.svg "docs/probe/$m-$site.svg"
   done
 done

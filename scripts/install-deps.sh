@@ -17,6 +17,8 @@ PACKAGES=(
   googletest libgtest-dev libbenchmark-dev
   # The PyTorch-Python reference used by bench/ (numerics and speed comparison).
   python3-torch python3-numpy
+  # The code corpus (data/corpus/python-stdlib.json): the Python standard library's sources.
+  libpython3.11-minimal libpython3.11-stdlib
   chromium  # headless browser for tests/browser (renders report.html and compare.html)
   # clang with its libFuzzer and sanitizer runtimes: scripts/fuzz.sh (ASan + UBSan, fuzz/).
   clang libclang-rt-14-dev

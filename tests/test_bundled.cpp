@@ -237,11 +237,12 @@ namespace {
 // `phasekv probe` with the shipped lookup spec (configs/probe/lookup.toml): the same prompt
 // behind 1 to 64 tokens of prefix padding, four filler families. The chunked model's margin
 // P(v17) - P(v3) has period 8 (its stride); the full-attention control answers right at every L.
-json probe(const std::string& name, const fs::path& out) {
+json probe(const std::string& name, const fs::path& out,
+           const std::string& spec = "lookup.toml", const std::string& flags = "--stride 8 --retest 8") {
   const std::string cmd = kBin + " probe --spec " + std::string(PHASEKV_SOURCE_DIR) +
-                          "/configs/probe/lookup.toml --model " + model(name) +
-                          " --threads 2 --stride 8 --retest 8 --permutations 199 --out " +
-                          out.string() + " > " + (out.string() + ".log") + " 2>&1";
+                          "/configs/probe/" + spec + " --model " + model(name) + " --threads 2 " +
+                          flags + " --permutations 199 --out " + out.string() + " > " +
+                          (out.string() + ".log") + " 2>&1";
   if (std::system(cmd.c_str()) != 0) ADD_FAILURE() << cmd << "\n" << slurp(out.string() + ".log");
   return json::parse(slurp(out / "probe.json"));
 }
@@ -263,6 +264,55 @@ TEST(Bundled, ProbeFindsTheStrideInTheChunkedModelOnly) {
   EXPECT_GE(full["period"]["p_value"].get<double>(), 0.05);
   EXPECT_EQ(full["rankings"]["top1_correct"], 256);
   EXPECT_EQ(full["retest"]["all_agree"], full["retest"]["items"]);
+}
+
+// The code pair (docs/PROBE.md): at a site of held-out code that the flip search found
+// (configs/probe/code-abstractmethod.json: `    @` in numbers.py, next word `abstractmethod`), the
+// compressed model writes `abstractmethod` at half the filler lengths and `property` at the
+// others, with period 4; the control writes `abstractmethod` at every length.
+TEST(Bundled, CodeModelsAnswerAHeldOutSiteByPhaseInTheCompressedModelOnly) {
+  const json c = probe("code-chunked", fresh_dir("code_chunked"), "code-abstractmethod.json",
+                       "--stride 4");
+  EXPECT_EQ(c["period"]["detected"], 4);
+  EXPECT_LT(c["period"]["p_value"].get<double>(), 0.01);
+  EXPECT_EQ(c["rankings"]["total"], 32);
+  EXPECT_FALSE(c["rankings"]["constant_pattern"].get<bool>());
+  EXPECT_GE(c["rankings"]["follow_period"].get<int>(), 30);
+  const int right = c["rankings"]["top1_correct"].get<int>();
+  EXPECT_GT(right, 4);
+  EXPECT_LT(right, 28);
+  const json f = probe("code-full", fresh_dir("code_full"), "code-abstractmethod.json", "--stride 4");
+  EXPECT_GE(f["period"]["p_value"].get<double>(), 0.05);
+  EXPECT_EQ(f["rankings"]["top1_correct"], 32);
+}
+
+// The flip search on a sample of its sites (the first 32 of configs/probe/flips.toml's draw, one
+// family): periodic flips at the stride in the compressed model, none in the control. Needs the
+// Python standard library the corpus manifest pins; skipped, saying so, when it is not installed
+// as pinned.
+TEST(Bundled, FlipSearchFindsPeriodicSitesInTheCompressedModelOnly) {
+  const fs::path dir = fresh_dir("flips");
+  const json spec = {{"manifest", std::string(PHASEKV_SOURCE_DIR) + "/data/corpus/python-stdlib.json"},
+                     {"sites", 32}, {"context_chars", 400}, {"lengths", {16, 47}}, {"seed", 0},
+                     {"family", {{{"name", "zeros"}, {"head", "# "}, {"unit", "0"}, {"tail", "\n"}}}}};
+  std::ofstream(dir / "flips.json") << spec.dump();
+  std::map<std::string, json> rates;
+  for (const std::string m : {"code-chunked", "code-full"}) {
+    const fs::path out = dir / m;
+    const std::string cmd = kBin + " flips --spec " + (dir / "flips.json").string() + " --model " +
+                            model(m) + " --stride 4 --threads 2 --out " + out.string() + " > " +
+                            out.string() + ".log 2>&1";
+    if (std::system(cmd.c_str()) != 0) {
+      const std::string log = slurp(out.string() + ".log");
+      if (log.find("another package version") != std::string::npos)
+        GTEST_SKIP() << "the corpus files differ from data/corpus/python-stdlib.json: " << log;
+      FAIL() << cmd << "\n" << log;
+    }
+    rates[m] = json::parse(slurp(out / "flips.json"))["rates"];
+  }
+  EXPECT_GE(rates["code-chunked"]["periodic_at_stride"]["k"].get<int>(), 3) << rates["code-chunked"];
+  EXPECT_EQ(rates["code-full"]["periodic_at_stride"]["k"], 0) << rates["code-full"];
+  EXPECT_EQ(rates["code-chunked"]["periodic_at_control"]["k"], 0);
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ class GreedyBackend : public Backend {
   }
 
  public:
-  enum Kind { kPeriodic, kFlat, kRandom };
+  // kRightHalf: the file's next word (the request's target) when n mod 4 >= 2, else 'p'.
+  enum Kind { kPeriodic, kFlat, kRandom, kRightHalf };
   explicit GreedyBackend(Kind kind, int64_t max_context = 4096) : kind_(kind), max_context_(max_context) {}
   std::string model_id() const override { return "greedy"; }
   std::vector<int32_t> tokenize(const std::string& text) override {
@@ -47,6 +48,7 @@ class GreedyBackend : public Backend {
       int32_t top = 'p';
       if (kind_ == kPeriodic) top = n % 4 >= 2 ? 'q' : 'p';
       if (kind_ == kRandom) top = mix(n) & 1 ? 'q' : 'p';
+      if (kind_ == kRightHalf) top = n % 4 >= 2 ? r.target : 'p';
       ScoreResult s;
       s.argmax = top;
       s.argmax_logprob = std::log(0.6);
@@ -185,6 +187,19 @@ TEST(FlipSearch, PeriodicAnswersArePeriodicAtTheStrideOnly) {
   EXPECT_EQ(ps.candidates.size(), 2u);
   EXPECT_EQ(ps.families.size(), 1u);
 
+  EXPECT_EQ(sm["rates"]["right_and_wrong"]["k"], 0);  // 'p' and 'q' start no word of the files
+
+  GreedyBackend half(GreedyBackend::kRightHalf);
+  const json hf = run_flips(half, spec, fx.dir / "half");
+  EXPECT_EQ(hf["rates"]["periodic_right_and_wrong"]["k"], 24);
+  for (const auto& row : hf["next_word_by_residue"])  // right exactly where L + |code| is 2, 3 mod 4
+    EXPECT_GT(row["k"].get<int>(), 0);
+  ASSERT_FALSE(hf["examples"].empty());
+  EXPECT_TRUE(hf["examples"][0]["right_and_wrong"].get<bool>());
+  const json right = flip_example_probe_spec(hf["examples"][0], spec);
+  const std::string word = hf["examples"][0]["next_word"].get<std::string>();
+  EXPECT_EQ(word.rfind(right["correct"].get<std::string>(), 0), 0u) << right.dump();
+
   GreedyBackend flat(GreedyBackend::kFlat);
   const json fl = run_flips(flat, spec, fx.dir / "flat");
   EXPECT_EQ(fl["rates"]["flip"]["k"], 0);
@@ -195,6 +210,20 @@ TEST(FlipSearch, PeriodicAnswersArePeriodicAtTheStrideOnly) {
   const json rn = run_flips(random, spec, fx.dir / "random");
   EXPECT_EQ(rn["rates"]["flip"]["k"], 24);
   EXPECT_LE(rn["rates"]["periodic_at_stride"]["k"].get<int>(), 2) << rn["rates"].dump();
+}
+
+// A family that reaches only a few lengths (here: a head of 20 tokens leaves L = 20 ... 23) gives
+// no verdict: its sites are counted in too_few_lengths, not as constant.
+TEST(FlipSearch, FamiliesWithTooFewLengthsAreLeftOutOfTheRates) {
+  const Fixture fx;
+  json j = fx.spec();
+  j["family"].push_back({{"name", "long"}, {"head", std::string(20, '#')}, {"unit", "#"}, {"tail", ""}});
+  const FlipSearchSpec spec = flip_search_spec_from_json(j, "flips.toml", ".");
+  GreedyBackend flat(GreedyBackend::kFlat);
+  const json sm = run_flips(flat, spec, fx.dir / "few");
+  EXPECT_EQ(sm["too_few_lengths"], 12);
+  EXPECT_EQ(sm["rates"]["site_families"], 24);
+  EXPECT_EQ(sm["families"][2]["site_families"], 0);
 }
 
 TEST(FlipSearch, BadInputsGetClearErrors) {

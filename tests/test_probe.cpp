@@ -11,6 +11,7 @@
 
 #include "eval/value_period.h"
 #include "probe/probe.h"
+#include "train/train_config.h"
 #include "util/error.h"
 
 namespace phasekv {
@@ -245,6 +246,24 @@ TEST(Probe, BadInputsGetClearErrors) {
   FakeBackend small(s.code, true, 40);
   // 40 filler + 13 code + 2 candidate tokens - 1 = 54 > 40.
   expect_error([&] { plan_probe(small, s, s.l_max); }, "the longest probe context is 54 tokens");
+}
+
+// The checked-in specs parse, and no filler holds a literal backslash-n: in TOML, '...' is a literal
+// string, so '"""\n' is three quotes, a backslash and an n, not a docstring line (a spec once
+// probed such fillers).
+TEST(Probe, CheckedInSpecsParseWithRealNewlines) {
+  int n = 0;
+  for (const auto& e : fs::directory_iterator(fs::path(PHASEKV_SOURCE_DIR) / "configs/probe")) {
+    const json j = read_config_file(e.path().string());
+    const auto families = filler_families_from_json(j, e.path().string());
+    for (const auto& f : families)
+      for (const std::string* text : {&f.head, &f.unit, &f.tail})
+        EXPECT_EQ(text->find("\\n"), std::string::npos) << e.path() << " family " << f.name;
+    if (!j.contains("candidates")) continue;  // a flip-search spec
+    EXPECT_NO_THROW(probe_spec_from_json(j, e.path().string())) << e.path();
+    ++n;
+  }
+  EXPECT_GE(n, 3);
 }
 
 TEST(ValuePeriod, ExactPeriodicSeriesReportTheSmallestPeriod) {

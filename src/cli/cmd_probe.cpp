@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -115,6 +116,8 @@ void run_flips(const ProbeArgs& a, int control_period, int examples) {
   summary["records"] = {{"items", run.items}, {"scored", run.scored}, {"resumed", run.resumed}};
   write_file_atomic(a.out + "/flips.json", summary.dump(2) + "\n");
   // Each example as a probe spec: `phasekv probe --spec OUT/examples/site-N-FAMILY.json` charts it.
+  // The examples of an earlier summary go first (a rerun with other options picks others).
+  std::filesystem::remove_all(a.out + "/examples");
   for (const auto& ex : summary["examples"])
     write_file_atomic(fmt::format("{}/examples/site-{}-{}.json", a.out, ex["site"].get<int>(),
                                   ex["family"].get<std::string>()),

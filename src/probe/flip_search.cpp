@@ -275,6 +275,8 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
   struct Series {
     std::vector<int32_t> top1;
     std::vector<std::string> text;
+    int right = 0, wrong = 0;  // lengths at which the greedy token is the file's next word, or not
+    bool mixed() const { return right > 0 && wrong > 0; }
   };
   std::map<std::pair<std::string, int64_t>, Series> series;
   std::vector<int64_t> res_n(static_cast<size_t>(S), 0), res_ok(static_cast<size_t>(S), 0);
@@ -294,6 +296,7 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
     }
     sr.top1[static_cast<size_t>(rec.phase - spec.l_min)] = rec.prediction;
     sr.text[static_cast<size_t>(rec.phase - spec.l_min)] = rec.extra.value("top1", "");
+    ++(rec.correct ? sr.right : sr.wrong);
     ++res_n[static_cast<size_t>(rec.phase % S)];
     res_ok[static_cast<size_t>(rec.phase % S)] += rec.correct;
   }
@@ -310,18 +313,27 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
   if (!first_error.empty()) out["first_error"] = first_error;
 
   struct Candidate {
+    bool mixed = false;
     double follow = 0, balance = 0;
     std::string family;
     int64_t site = 0;
   };
   std::vector<Candidate> periodic_sites;
   json per_family = json::array();
-  int64_t n_all = 0, flips_all = 0, per_s_all = 0, per_p_all = 0, only_s_all = 0;
+  int64_t n_all = 0, flips_all = 0, per_s_all = 0, per_p_all = 0, only_s_all = 0, too_few = 0;
+  int64_t mixed_all = 0, per_mixed_all = 0;
   json verdicts = json::array();
   for (const auto& f : spec.families) {
-    int64_t n = 0, flips = 0, per_s = 0, per_p = 0, only_s = 0;
+    int64_t n = 0, flips = 0, per_s = 0, per_p = 0, only_s = 0, mixed = 0, per_mixed = 0;
     for (const auto& [key, sr] : series) {
       if (key.first != f.name) continue;
+      // A verdict needs two cycles of each period: a family whose units the tokenizer merges can
+      // reach too few lengths (the run names them), and its sites are left out of the rates.
+      if (std::count_if(sr.top1.begin(), sr.top1.end(), [](int32_t t) { return t >= 0; }) <
+          2 * std::max(S, P)) {
+        ++too_few;
+        continue;
+      }
       ++n;
       const std::string at_s = classify_flips(sr.top1, spec.l_min, S, spec.agree);
       const std::string at_p = classify_flips(sr.top1, spec.l_min, P, spec.agree);
@@ -329,8 +341,11 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
       per_s += at_s == "periodic";
       per_p += at_p == "periodic";
       only_s += at_s == "periodic" && at_p != "periodic";
+      mixed += sr.mixed();
+      per_mixed += sr.mixed() && at_s == "periodic";
       verdicts.push_back({{"family", f.name}, {"site", key.second}, {"at_stride", at_s},
-                          {"at_control", at_p}, {"top1", sr.text}, {"top1_ids", sr.top1}});
+                          {"at_control", at_p}, {"right", sr.right}, {"wrong", sr.wrong},
+                          {"top1", sr.text}, {"top1_ids", sr.top1}});
       if (at_s == "periodic") {
         // How clean the period is (the share of lengths at their residue's token) and how evenly
         // the two most frequent tokens share the lengths: examples should alternate clearly.
@@ -344,6 +359,7 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
         Candidate cand;
         cand.family = f.name;
         cand.site = key.second;
+        cand.mixed = sr.mixed();
         cand.balance = c.size() > 1 ? double(c[1]) / present : 0.0;
         std::vector<int32_t> maj;  // follow share at S
         int follow = 0;
@@ -364,19 +380,26 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
                           {"flip", wilson_json(flips, n)},
                           {"periodic_at_stride", wilson_json(per_s, n)},
                           {"periodic_at_control", wilson_json(per_p, n)},
-                          {"periodic_at_stride_only", wilson_json(only_s, n)}});
+                          {"periodic_at_stride_only", wilson_json(only_s, n)},
+                          {"right_and_wrong", wilson_json(mixed, n)},
+                          {"periodic_right_and_wrong", wilson_json(per_mixed, n)}});
     n_all += n;
     flips_all += flips;
     per_s_all += per_s;
     per_p_all += per_p;
     only_s_all += only_s;
+    mixed_all += mixed;
+    per_mixed_all += per_mixed;
   }
   out["families"] = per_family;
+  out["too_few_lengths"] = too_few;
   out["rates"] = {{"site_families", n_all},
                   {"flip", wilson_json(flips_all, n_all)},
                   {"periodic_at_stride", wilson_json(per_s_all, n_all)},
                   {"periodic_at_control", wilson_json(per_p_all, n_all)},
-                  {"periodic_at_stride_only", wilson_json(only_s_all, n_all)}};
+                  {"periodic_at_stride_only", wilson_json(only_s_all, n_all)},
+                  {"right_and_wrong", wilson_json(mixed_all, n_all)},
+                  {"periodic_right_and_wrong", wilson_json(per_mixed_all, n_all)}};
   json by_residue = json::array();
   double best = -1, worst = 2;
   for (int r = 0; r < S; ++r) {
@@ -392,7 +415,10 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
   out["next_word_gap"] = best >= 0 ? json(best - worst) : json();
   out["sites"] = verdicts;
 
+  // Examples: first the sites whose greedy token is right at some phases and wrong at others (the
+  // study's `8` against `32`), then the cleanest periods.
   std::sort(periodic_sites.begin(), periodic_sites.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.mixed != b.mixed) return a.mixed;
     if (a.follow != b.follow) return a.follow > b.follow;
     if (a.balance != b.balance) return a.balance > b.balance;
     return std::tie(a.site, a.family) < std::tie(b.site, b.family);
@@ -421,6 +447,7 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
                         {"continuation", site.continuation},
                         {"code", site.code},
                         {"alternatives", {ranked[0].second, ranked[1].second}},
+                        {"right_and_wrong", c.mixed},
                         {"follow", c.follow},
                         {"top1", sr.text}});
   }
@@ -459,6 +486,8 @@ std::string flips_verdict(const json& sm) {
       "{} at {}",
       pct(r["flip"]), sm["stride"].get<int>(), pct(r["periodic_at_stride"]),
       sm["control_period"].get<int>(), pct(r["periodic_at_control"]));
+  out += fmt::format("; right at some lengths and wrong at others: {} (periodic: {})",
+                     pct(r["right_and_wrong"]), pct(r["periodic_right_and_wrong"]));
   out += fmt::format("; the greedy token is the file's next word by L mod {}:", sm["stride"].get<int>());
   for (const auto& row : sm["next_word_by_residue"])
     out += row["rate"].is_null() ? std::string(" -")

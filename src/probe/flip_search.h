@@ -99,9 +99,13 @@ struct FlipSummaryOptions {
   int examples = 6;         // periodic sites written as probe specs (examples/)
 };
 
-// flips.json: per family and site the greedy tokens by L and the verdicts; the rates of flips and
-// periodic flips at S and at the control period with Wilson 95% intervals; accuracy (the greedy
-// token is the file's next word) by L mod S; and the example sites. Throws phasekv::Error when no
+// flips.json: per family and site the greedy tokens by L and the verdicts (a (family, site) with
+// fewer than two cycles of S and of the control period among its lengths is left out and
+// counted in too_few_lengths); the rates of flips and
+// periodic flips at S and at the control period, and of sites whose greedy token is the file's
+// next word at some lengths and not at others (all, and periodic ones), with Wilson 95%
+// intervals; accuracy (the greedy token is the file's next word) by L mod S; and the example
+// sites, those right at some phases and wrong at others first. Throws phasekv::Error when no
 // record succeeded.
 nlohmann::json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& sites,
                                const RunResult& run, const FlipSummaryOptions& options);
