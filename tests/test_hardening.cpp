@@ -318,6 +318,23 @@ int log_lines(const fs::path& out) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
 
+// `--seed N` replicates a config's run with another seed: train.json records the seed that ran, so
+// a resume must give it again (without it the config differs in train.seed, named).
+TEST(HardeningTrain, SeedOverrideIsRecordedAndNeededOnResume) {
+  const fs::path dir = test::temp_dir("hard_seed");
+  const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
+  CmdResult r = phasekv(train_args(toml, dir / "out") + " --seed 7", dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto provenance = nlohmann::json::parse(test::slurp(dir / "out" / "train.json"));
+  EXPECT_EQ(provenance["train"]["seed"], 7);
+  r = phasekv(train_args(toml, dir / "out") + " --resume --seed 7", dir);
+  EXPECT_EQ(r.status, 0) << r.err;
+  r = phasekv(train_args(toml, dir / "out") + " --resume", dir);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_TRUE(has(r.err, "train.seed")) << r.err;
+  fs::remove_all(dir);
+}
+
 TEST(HardeningTrain, StepsBelowOneAreRejected) {
   const fs::path dir = test::temp_dir("hard_steps");
   const fs::path toml = write_toml(dir, kTrainToml, "t.toml");

@@ -22,12 +22,20 @@ void register_train(CLI::App& app) {
                 "train afresh into an OUT that holds a finished model or a checkpoint, replacing "
                 "them (without it, such an OUT is refused)");
   auto* steps_opt = cmd->add_option("--steps", *steps, "override [train] steps (>= 1)");
+  auto seed = std::make_shared<uint64_t>(0);
+  auto* seed_opt = cmd->add_option(
+      "--seed", *seed, "override [train] seed (init and data order): replicate a config's run");
   cmd->callback([=] {
     if (steps_opt->count() > 0 && *steps < 1)
       throw Error("--steps is " + std::to_string(*steps) + " (allowed: >= 1)");
     if (*force && *resume) throw Error("--force and --resume exclude each other");
     auto cfg = train_config_from_file(*config);
     if (steps_opt->count() > 0) cfg.train.steps = *steps;
+    if (seed_opt->count() > 0) {
+      // The provenance (train.json, and a resume's comparison) must carry the seed that runs.
+      cfg.train.seed = *seed;
+      cfg.source["train"]["seed"] = *seed;
+    }
     // Held from before --force clears anything until the model is written: a second `train`
     // into the same OUT (a resume started twice, a suite and a hand-run) would interleave its
     // checkpoints and log with the first's, and --force would delete a running training's files.
