@@ -265,6 +265,12 @@ TEST(FlipSearch, BadInputsGetClearErrors) {
   const FlipSearchSpec ss = flip_search_spec_from_json(short_range, "flips.toml", ".");
   GreedyBackend flat(GreedyBackend::kFlat);
   EXPECT_THROW(run_flips(flat, ss, fx.dir / "short"), Error);
+  // A control period equal to the stride is no baseline.
+  const auto sites = pick_flip_sites(spec);
+  FlipSummaryOptions same;
+  same.stride = 4;
+  same.control_period = 4;
+  EXPECT_THROW(summarize_flips(spec, sites, RunResult{}, same), Error);
 }
 
 }  // namespace

@@ -91,6 +91,9 @@ void run_flips(const ProbeArgs& a, int control_period, int examples) {
     throw Error(backend->model_id() + " has no stride of its own (a full-attention or served "
                                       "model): give --stride S, the compressed model's, so both "
                                       "are tested at the same period");
+  if (control_period == stride)
+    throw Error("--control-period " + std::to_string(control_period) +
+                " is the stride: give another period (0 = S + 1), the chance baseline");
   const std::vector<FlipSite> sites = pick_flip_sites(spec);
   EvalRecord identity;
   identity.model = backend->model_id();

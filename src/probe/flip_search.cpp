@@ -266,6 +266,9 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
   const int S = o.stride, P = o.control_period > 0 ? o.control_period : o.stride + 1;
   const int span = spec.l_max - spec.l_min + 1;
   if (S < 2) throw Error("the flip search needs a stride S >= 2 (--stride)");
+  if (P == S)
+    throw Error(fmt::format("the control period is the stride ({}): it must be another period, "
+                            "the chance baseline (--control-period, 0 = S + 1)", S));
   if (span < 2 * std::max(S, P))
     throw Error(fmt::format("{}: lengths [{}, {}] hold {} lengths, fewer than two cycles of the "
                             "period {} (allowed: at least {} lengths)",
