@@ -364,8 +364,7 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
         cand.site = key.second;
         cand.mixed = sr.mixed();
         cand.balance = c.size() > 1 ? double(c[1]) / present : 0.0;
-        std::vector<int32_t> maj;  // follow share at S
-        int follow = 0;
+        int follow = 0;  // lengths at their residue's most frequent token
         for (int r = 0; r < S; ++r) {
           std::map<int32_t, int> here;
           for (size_t i = 0; i < sr.top1.size(); ++i)

@@ -104,7 +104,8 @@ struct FlipSummaryOptions {
 // counted in too_few_lengths); the rates of flips and
 // periodic flips at S and at the control period, and of sites whose greedy token is the file's
 // next word at some lengths and not at others (all, and periodic ones), with Wilson 95%
-// intervals; accuracy (the greedy token is the file's next word) by L mod S; and the example
+// intervals; accuracy (the greedy token is the file's next word) by L mod S over every scored
+// record; and the example
 // sites, those right at some phases and wrong at others first. Throws phasekv::Error when no
 // record succeeded.
 nlohmann::json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& sites,
