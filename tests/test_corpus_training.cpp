@@ -124,8 +124,7 @@ TEST(CorpusTraining, BatchesAreSlicesOfTheStreamPredictingEveryNextToken) {
 
 // The validation loss in batches of 16 windows equals the mean over windows scored one by one.
 TEST(CorpusTraining, NextTokenLossIsTheMeanOverEveryPredictedToken) {
-  const TrainConfig cfg =
-      train_config_from_json(corpus_train_json("/dev/null"), "t.toml", ".");
+  const TrainConfig cfg = train_config_from_json(corpus_train_json("/dev/null"), "t.toml", ".");
   Decoder model(cfg.model);
   model->init_weights(2);
   model->eval();

@@ -2,10 +2,10 @@
 // tokens against the filler length, and the rates on fake backends whose answer follows the
 // code's phase mod 4, ignores it, or changes at random. Torch-free: also built under ASan + UBSan.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cctype>
 #include <filesystem>
-#include <unistd.h>
 
 #include "corpus_fixture.h"
 #include "probe/flip_search.h"
@@ -33,7 +33,8 @@ class GreedyBackend : public Backend {
  public:
   // kRightHalf: the file's next word (the request's target) when n mod 4 >= 2, else 'p'.
   enum Kind { kPeriodic, kFlat, kRandom, kRightHalf };
-  explicit GreedyBackend(Kind kind, int64_t max_context = 4096) : kind_(kind), max_context_(max_context) {}
+  explicit GreedyBackend(Kind kind, int64_t max_context = 4096)
+      : kind_(kind), max_context_(max_context) {}
   std::string model_id() const override { return "greedy"; }
   std::vector<int32_t> tokenize(const std::string& text) override {
     return {text.begin(), text.end()};
@@ -81,8 +82,8 @@ std::vector<std::string> code_files() {
 // test_util.h's temp_dir would pull in libtorch; this file is built without it.
 fs::path fresh_dir() {
   static int counter = 0;
-  const fs::path d = fs::temp_directory_path() /
-                     ("phasekv-flips-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  const fs::path d = fs::temp_directory_path() / ("phasekv-flips-" + std::to_string(::getpid()) +
+                                                  "-" + std::to_string(counter++));
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -127,8 +128,8 @@ TEST(FlipSearch, ClassifiesConstantFlipAndPeriodicSeries) {
   EXPECT_EQ(P({1, 1, 2, 2, 1, 1, 2, 2, 1, 1, 2, 1}), "periodic");  // 11 of 12 follow: >= 0.9
   EXPECT_EQ(P({1, 1, 2, 2, 1, 1, 2, 2, 1, 2, 2, 1}), "flip");      // 10 of 12: < 0.9
   EXPECT_EQ(classify_flips({1, 1, 2, 2, 1, 1, 2, 2, 1, 2, 2, 1}, 8, 4, 0.8), "periodic");
-  EXPECT_EQ(P({1, 1, 1, 1, 2, 2, 2, 2}), "flip");                  // a step, not a period
-  EXPECT_EQ(P({1, -1, 2, 2, 1, 1, -1, 2}), "periodic");            // -1: a length not measured
+  EXPECT_EQ(P({1, 1, 1, 1, 2, 2, 2, 2}), "flip");        // a step, not a period
+  EXPECT_EQ(P({1, -1, 2, 2, 1, 1, -1, 2}), "periodic");  // -1: a length not measured
   EXPECT_EQ(classify_flips({1, 2, 1, 2, 1, 2, 1, 2}, 8, 2, 1.0), "periodic");
   EXPECT_EQ(classify_flips({1, 2, 1, 2, 1, 2, 1, 2}, 8, 4, 1.0), "periodic");  // period 2 divides 4
   EXPECT_EQ(classify_flips({1, 2, 1, 2, 1, 2, 1, 2, 1}, 8, 3, 0.9), "flip");
@@ -161,13 +162,15 @@ TEST(FlipSearch, SitesAreWordStartsInHeldOutFilesTheSameOnEveryRun) {
   other["seed"] = 4;
   const auto c = pick_flip_sites(flip_search_spec_from_json(other, "flips.toml", "."));
   int same = 0;
-  for (size_t i = 0; i < c.size(); ++i) same += c[i].offset == a[i].offset && c[i].file == a[i].file;
+  for (size_t i = 0; i < c.size(); ++i)
+    same += c[i].offset == a[i].offset && c[i].file == a[i].file;
   EXPECT_LT(same, 12) << "another seed draws other sites";
   try {
     pick_flip_sites(flip_search_spec_from_json(fx.spec(100000), "flips.toml", "."));
     ADD_FAILURE() << "drew more sites than there are cursors";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("fewer than sites = 100000"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fewer than sites = 100000"), std::string::npos)
+        << e.what();
   }
 }
 
@@ -192,7 +195,8 @@ TEST(FlipSearch, PeriodicAnswersArePeriodicAtTheStrideOnly) {
   GreedyBackend half(GreedyBackend::kRightHalf);
   const json hf = run_flips(half, spec, fx.dir / "half");
   EXPECT_EQ(hf["rates"]["periodic_right_and_wrong"]["k"], 24);
-  for (const auto& row : hf["next_word_by_residue"])  // right exactly where L + |code| is 2, 3 mod 4
+  for (const auto& row :
+       hf["next_word_by_residue"])  // right exactly where L + |code| is 2, 3 mod 4
     EXPECT_GT(row["k"].get<int>(), 0);
   ASSERT_FALSE(hf["examples"].empty());
   EXPECT_TRUE(hf["examples"][0]["right_and_wrong"].get<bool>());
@@ -217,7 +221,8 @@ TEST(FlipSearch, PeriodicAnswersArePeriodicAtTheStrideOnly) {
 TEST(FlipSearch, FamiliesWithTooFewLengthsAreLeftOutOfTheRates) {
   const Fixture fx;
   json j = fx.spec();
-  j["family"].push_back({{"name", "long"}, {"head", std::string(20, '#')}, {"unit", "#"}, {"tail", ""}});
+  j["family"].push_back(
+      {{"name", "long"}, {"head", std::string(20, '#')}, {"unit", "#"}, {"tail", ""}});
   const FlipSearchSpec spec = flip_search_spec_from_json(j, "flips.toml", ".");
   GreedyBackend flat(GreedyBackend::kFlat);
   const json sm = run_flips(flat, spec, fx.dir / "few");

@@ -4,9 +4,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <tuple>
 #include <cmath>
 #include <filesystem>
+#include <tuple>
 
 #include "eval/stats.h"
 #include "task/filler_corpus.h"
@@ -20,13 +20,16 @@ namespace {
 
 using nlohmann::json;
 
-bool word_char(unsigned char c) { return std::isalnum(c) || c == '_' || c >= 0x80; }
+bool word_char(unsigned char c) {
+  return std::isalnum(c) || c == '_' || c >= 0x80;
+}
 
 // A cursor at the start of a word, after code on the same line (not right after indentation: the
 // next token there is a statement's first word, which the filler cannot be blamed for).
 bool eligible_cursor(const std::string& text, size_t i, int context_chars) {
   if (i < static_cast<size_t>(context_chars) || i >= text.size()) return false;
-  const auto c = static_cast<unsigned char>(text[i]), prev = static_cast<unsigned char>(text[i - 1]);
+  const auto c = static_cast<unsigned char>(text[i]),
+             prev = static_cast<unsigned char>(text[i - 1]);
   if (!std::isalnum(c) || c >= 0x80 || word_char(prev) || prev == '\n') return false;
   for (size_t j = i; j-- > 0 && text[j] != '\n';)
     if (!std::isspace(static_cast<unsigned char>(text[j]))) return true;
@@ -55,18 +58,24 @@ json wilson_json(int64_t k, int64_t n) {
 }  // namespace
 
 json FlipSearchSpec::to_json() const {
-  return {{"manifest", manifest},        {"sites", sites},
-          {"context_chars", context_chars}, {"lengths", {l_min, l_max}},
-          {"seed", seed},                {"agree", agree},
+  return {{"manifest", manifest},
+          {"sites", sites},
+          {"context_chars", context_chars},
+          {"lengths", {l_min, l_max}},
+          {"seed", seed},
+          {"agree", agree},
           {"family", filler_families_to_json(families)}};
 }
 
-std::string FlipSearchSpec::hash() const { return fnv1a64_hex(to_json().dump()); }
+std::string FlipSearchSpec::hash() const {
+  return fnv1a64_hex(to_json().dump());
+}
 
 FlipSearchSpec flip_search_spec_from_json(const json& j, const std::string& where,
                                           const std::string& base_dir) {
   using namespace json_read;
-  check_keys(j, {"manifest", "sites", "context_chars", "lengths", "seed", "agree", "family"}, where);
+  check_keys(j, {"manifest", "sites", "context_chars", "lengths", "seed", "agree", "family"},
+             where);
   FlipSearchSpec s;
   s.source = where;
   std::filesystem::path m(require<std::string>(j, "manifest", where));
@@ -110,9 +119,10 @@ std::vector<FlipSite> pick_flip_sites(const FlipSearchSpec& spec) {
       if (eligible_cursor(text, i, spec.context_chars)) cursors.emplace_back(f, i);
   }
   if (cursors.size() < static_cast<size_t>(spec.sites))
-    throw Error(fmt::format("{}: the held-out files of {} hold {} eligible cursors, fewer than "
-                            "sites = {} (allowed: fewer sites or a smaller context_chars)",
-                            spec.source, spec.manifest, cursors.size(), spec.sites));
+    throw Error(
+        fmt::format("{}: the held-out files of {} hold {} eligible cursors, fewer than "
+                    "sites = {} (allowed: fewer sites or a smaller context_chars)",
+                    spec.source, spec.manifest, cursors.size(), spec.sites));
   uint64_t state = spec.seed;
   for (size_t i = 0; i < static_cast<size_t>(spec.sites); ++i)  // a partial Fisher-Yates shuffle
     std::swap(cursors[i], cursors[i + splitmix(state) % (cursors.size() - i)]);
@@ -125,7 +135,8 @@ std::vector<FlipSite> pick_flip_sites(const FlipSearchSpec& spec) {
     s.id = static_cast<int>(sites.size());
     s.file = files[f].entry.value("path", files[f].path);
     s.offset = static_cast<int64_t>(i);
-    s.line = 1 + static_cast<int>(std::count(text.begin(), text.begin() + static_cast<int64_t>(i), '\n'));
+    s.line = 1 + static_cast<int>(
+                     std::count(text.begin(), text.begin() + static_cast<int64_t>(i), '\n'));
     s.code = text.substr(line_start(text, i - static_cast<size_t>(spec.context_chars)),
                          i - line_start(text, i - static_cast<size_t>(spec.context_chars)));
     size_t w = i;
@@ -139,13 +150,15 @@ std::vector<FlipSite> pick_flip_sites(const FlipSearchSpec& spec) {
 }
 
 std::string classify_flips(const std::vector<int32_t>& top1, int l_min, int period, double agree) {
-  if (period < 2) throw Error("classify_flips: period " + std::to_string(period) + " (allowed: >= 2)");
+  if (period < 2)
+    throw Error("classify_flips: period " + std::to_string(period) + " (allowed: >= 2)");
   std::vector<int> present;
   for (size_t i = 0; i < top1.size(); ++i)
     if (top1[i] >= 0) present.push_back(static_cast<int>(i));
   if (present.empty()) return "constant";
-  const bool constant = std::all_of(present.begin(), present.end(),
-                                    [&](int i) { return top1[static_cast<size_t>(i)] == top1[static_cast<size_t>(present[0])]; });
+  const bool constant = std::all_of(present.begin(), present.end(), [&](int i) {
+    return top1[static_cast<size_t>(i)] == top1[static_cast<size_t>(present[0])];
+  });
   if (constant) return "constant";
   // The majority token of each residue (ties: the one seen at the smaller L).
   std::vector<int32_t> majority(static_cast<size_t>(period), -1);
@@ -191,12 +204,14 @@ FlipSearchMode::FlipSearchMode(Backend& b, FlipSearchSpec spec, std::vector<Flip
     longest = std::max(longest, code_ids_.back().size());
   }
   if (static_cast<int64_t>(spec_.l_max) + static_cast<int64_t>(longest) > b.max_context())
-    throw Error(fmt::format("{}: the longest context is {} tokens (L up to {}, code {}), more than "
-                            "{}'s context of {} (allowed: a smaller context_chars or lengths)",
-                            spec_.source, spec_.l_max + static_cast<int64_t>(longest), spec_.l_max,
-                            longest, b.model_id(), b.max_context()));
+    throw Error(
+        fmt::format("{}: the longest context is {} tokens (L up to {}, code {}), more than "
+                    "{}'s context of {} (allowed: a smaller context_chars or lengths)",
+                    spec_.source, spec_.l_max + static_cast<int64_t>(longest), spec_.l_max, longest,
+                    b.model_id(), b.max_context()));
   for (const auto& f : spec_.families) {
-    fillers_[f.name] = plan_fillers(b, f, spec_.l_min, spec_.l_max, spec_.source, unreachable_[f.name]);
+    fillers_[f.name] =
+        plan_fillers(b, f, spec_.l_min, spec_.l_max, spec_.source, unreachable_[f.name]);
     if (unreachable_[f.name].empty()) unreachable_.erase(f.name);
   }
 }
@@ -267,13 +282,15 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
   const int span = spec.l_max - spec.l_min + 1;
   if (S < 2) throw Error("the flip search needs a stride S >= 2 (--stride)");
   if (P == S)
-    throw Error(fmt::format("the control period is the stride ({}): it must be another period, "
-                            "the chance baseline (--control-period, 0 = S + 1)", S));
+    throw Error(
+        fmt::format("the control period is the stride ({}): it must be another period, "
+                    "the chance baseline (--control-period, 0 = S + 1)",
+                    S));
   if (span < 2 * std::max(S, P))
-    throw Error(fmt::format("{}: lengths [{}, {}] hold {} lengths, fewer than two cycles of the "
-                            "period {} (allowed: at least {} lengths)",
-                            spec.source, spec.l_min, spec.l_max, span, std::max(S, P),
-                            2 * std::max(S, P)));
+    throw Error(
+        fmt::format("{}: lengths [{}, {}] hold {} lengths, fewer than two cycles of the "
+                    "period {} (allowed: at least {} lengths)",
+                    spec.source, spec.l_min, spec.l_max, span, std::max(S, P), 2 * std::max(S, P)));
   // Per (family, site): the greedy token and its text at each L of the range.
   struct Series {
     std::vector<int32_t> top1;
@@ -304,9 +321,10 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
     res_ok[static_cast<size_t>(rec.phase % S)] += rec.correct;
   }
   if (series.empty())
-    throw Error(fmt::format("{}: no flip-search record succeeded ({} failed, first: {}); a rerun "
-                            "retries the failed items",
-                            run.path, errors, first_error));
+    throw Error(
+        fmt::format("{}: no flip-search record succeeded ({} failed, first: {}); a rerun "
+                    "retries the failed items",
+                    run.path, errors, first_error));
   json out;
   out["spec"] = spec.to_json();
   out["spec_hash"] = spec.hash();
@@ -346,9 +364,14 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
       only_s += at_s == "periodic" && at_p != "periodic";
       mixed += sr.mixed();
       per_mixed += sr.mixed() && at_s == "periodic";
-      verdicts.push_back({{"family", f.name}, {"site", key.second}, {"at_stride", at_s},
-                          {"at_control", at_p}, {"right", sr.right}, {"wrong", sr.wrong},
-                          {"top1", sr.text}, {"top1_ids", sr.top1}});
+      verdicts.push_back({{"family", f.name},
+                          {"site", key.second},
+                          {"at_stride", at_s},
+                          {"at_control", at_p},
+                          {"right", sr.right},
+                          {"wrong", sr.wrong},
+                          {"top1", sr.text},
+                          {"top1_ids", sr.top1}});
       if (at_s == "periodic") {
         // How clean the period is (the share of lengths at their residue's token) and how evenly
         // the two most frequent tokens share the lengths: examples should alternate clearly.
@@ -419,12 +442,13 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
 
   // Examples: first the sites whose greedy token is right at some phases and wrong at others (the
   // study's `8` against `32`), then the cleanest periods.
-  std::sort(periodic_sites.begin(), periodic_sites.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.mixed != b.mixed) return a.mixed;
-    if (a.follow != b.follow) return a.follow > b.follow;
-    if (a.balance != b.balance) return a.balance > b.balance;
-    return std::tie(a.site, a.family) < std::tie(b.site, b.family);
-  });
+  std::sort(periodic_sites.begin(), periodic_sites.end(),
+            [](const Candidate& a, const Candidate& b) {
+              if (a.mixed != b.mixed) return a.mixed;
+              if (a.follow != b.follow) return a.follow > b.follow;
+              if (a.balance != b.balance) return a.balance > b.balance;
+              return std::tie(a.site, a.family) < std::tie(b.site, b.family);
+            });
   json examples = json::array();
   for (const Candidate& c : periodic_sites) {
     if (static_cast<int>(examples.size()) >= o.examples) break;
@@ -465,8 +489,7 @@ json flip_example_probe_spec(const json& ex, const FlipSearchSpec& spec) {
     std::swap(cands[0], cands[1]);
   json fam = json::array();
   for (const auto& f : spec.families)
-    if (f.name == ex.at("family").get<std::string>())
-      fam = filler_families_to_json({f});
+    if (f.name == ex.at("family").get<std::string>()) fam = filler_families_to_json({f});
   return {{"code", ex.at("code")},
           {"candidates", cands},
           {"correct", cands[0]},
@@ -490,7 +513,8 @@ std::string flips_verdict(const json& sm) {
       sm["control_period"].get<int>(), pct(r["periodic_at_control"]));
   out += fmt::format("; right at some lengths and wrong at others: {} (periodic: {})",
                      pct(r["right_and_wrong"]), pct(r["periodic_right_and_wrong"]));
-  out += fmt::format("; the greedy token is the file's next word by L mod {}:", sm["stride"].get<int>());
+  out += fmt::format("; the greedy token is the file's next word by L mod {}:",
+                     sm["stride"].get<int>());
   for (const auto& row : sm["next_word_by_residue"])
     out += row["rate"].is_null() ? std::string(" -")
                                  : fmt::format(" {:.3f}", row["rate"].get<double>());

@@ -37,7 +37,7 @@ struct FlipSearchSpec {
   int context_chars = 400;     // code before each cursor, in whole lines
   int l_min = 16, l_max = 31;  // filler lengths L
   uint64_t seed = 0;
-  double agree = 0.9;          // share of lengths that must follow a periodic pattern
+  double agree = 0.9;  // share of lengths that must follow a periodic pattern
   std::vector<FillerFamily> families;
   nlohmann::json to_json() const;
   std::string hash() const;  // names the spec in the records
@@ -94,9 +94,9 @@ class FlipSearchMode : public EvalMode {
 };
 
 struct FlipSummaryOptions {
-  int stride = 0;           // S (required, >= 2)
-  int control_period = 0;   // 0 = S + 1
-  int examples = 6;         // periodic sites written as probe specs (examples/)
+  int stride = 0;          // S (required, >= 2)
+  int control_period = 0;  // 0 = S + 1
+  int examples = 6;        // periodic sites written as probe specs (examples/)
 };
 
 // flips.json: per family and site the greedy tokens by L and the verdicts (a (family, site) with
