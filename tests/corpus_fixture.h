@@ -27,7 +27,11 @@ inline std::string write_manifest(const std::filesystem::path& dir,
                                   const std::vector<std::string>& texts, size_t held_out) {
   nlohmann::json files = nlohmann::json::array();
   for (size_t i = 0; i < texts.size(); ++i) {
-    const std::filesystem::path p = dir / ("m" + std::to_string(i) + ".py");
+    // Appended, not "m" + ...: GCC 12 warns (-Wstringop-overflow) on that temporary, wrongly.
+    std::string name = "m";
+    name += std::to_string(i);
+    name += ".py";
+    const std::filesystem::path p = dir / name;
     std::ofstream(p) << texts[i];
     files.push_back({{"path", p.string()},
                      {"bytes", texts[i].size()},
