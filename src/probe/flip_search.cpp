@@ -149,42 +149,56 @@ std::vector<FlipSite> pick_flip_sites(const FlipSearchSpec& spec) {
   return sites;
 }
 
+namespace {
+
+// The majority token of each residue L mod period (ties: the one seen at the smaller L; -1 where a
+// residue has no length) and how many of the measured lengths hold their residue's token.
+struct ResiduePattern {
+  std::vector<int32_t> majority;
+  int follow = 0, present = 0;
+};
+
+ResiduePattern residue_pattern(const std::vector<int32_t>& top1, int l_min, int period) {
+  ResiduePattern p;
+  p.majority.assign(static_cast<size_t>(period), -1);
+  std::vector<int> best(static_cast<size_t>(period), 0);
+  for (size_t i = 0; i < top1.size(); ++i) {
+    if (top1[i] < 0) continue;
+    ++p.present;
+    const auto r = static_cast<size_t>((l_min + static_cast<int>(i)) % period);
+    int n = 0;  // the occurrences of this token at this residue
+    for (size_t j = 0; j < top1.size(); ++j)
+      n += top1[j] == top1[i] && static_cast<size_t>((l_min + static_cast<int>(j)) % period) == r;
+    if (n > best[r]) best[r] = n, p.majority[r] = top1[i];
+  }
+  for (int b : best) p.follow += b;
+  return p;
+}
+
+}  // namespace
+
 std::string classify_flips(const std::vector<int32_t>& top1, int l_min, int period, double agree) {
   if (period < 2)
     throw Error("classify_flips: period " + std::to_string(period) + " (allowed: >= 2)");
-  std::vector<int> present;
-  for (size_t i = 0; i < top1.size(); ++i)
-    if (top1[i] >= 0) present.push_back(static_cast<int>(i));
-  if (present.empty()) return "constant";
-  const bool constant = std::all_of(present.begin(), present.end(), [&](int i) {
-    return top1[static_cast<size_t>(i)] == top1[static_cast<size_t>(present[0])];
-  });
-  if (constant) return "constant";
-  // The majority token of each residue (ties: the one seen at the smaller L).
-  std::vector<int32_t> majority(static_cast<size_t>(period), -1);
-  for (int r = 0; r < period; ++r) {
-    std::vector<int32_t> here;
-    for (int i : present)
-      if ((l_min + i) % period == r) here.push_back(top1[static_cast<size_t>(i)]);
-    long best = 0;
-    for (int32_t t : here) {
-      const long n = std::count(here.begin(), here.end(), t);
-      if (n > best) best = n, majority[static_cast<size_t>(r)] = t;
-    }
-  }
+  const ResiduePattern p = residue_pattern(top1, l_min, period);
   int32_t first = -1;
+  bool all_same = true;
+  for (int32_t t : top1) {
+    if (t < 0) continue;
+    if (first < 0) first = t;
+    all_same = all_same && t == first;
+  }
+  if (all_same) return "constant";
+  first = -1;
   bool pattern_constant = true;
-  for (int32_t m : majority) {
+  for (int32_t m : p.majority) {
     if (m < 0) continue;
     if (first < 0) first = m;
     pattern_constant = pattern_constant && m == first;
   }
   if (pattern_constant) return "flip";
-  int follow = 0;
-  for (int i : present)
-    follow += top1[static_cast<size_t>(i)] == majority[static_cast<size_t>((l_min + i) % period)];
-  const auto need = static_cast<int>(std::ceil(agree * static_cast<double>(present.size()) - 1e-9));
-  return follow >= need ? "periodic" : "flip";
+  const auto need = static_cast<int>(std::ceil(agree * static_cast<double>(p.present) - 1e-9));
+  return p.follow >= need ? "periodic" : "flip";
 }
 
 FlipSearchMode::FlipSearchMode(Backend& b, FlipSearchSpec spec, std::vector<FlipSite> sites,
@@ -387,16 +401,7 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
         cand.site = key.second;
         cand.mixed = sr.mixed();
         cand.balance = c.size() > 1 ? double(c[1]) / present : 0.0;
-        int follow = 0;  // lengths at their residue's most frequent token
-        for (int r = 0; r < S; ++r) {
-          std::map<int32_t, int> here;
-          for (size_t i = 0; i < sr.top1.size(); ++i)
-            if (sr.top1[i] >= 0 && (spec.l_min + static_cast<int>(i)) % S == r) ++here[sr.top1[i]];
-          int best = 0;
-          for (const auto& [t, k] : here) best = std::max(best, k);
-          follow += best;
-        }
-        cand.follow = double(follow) / present;
+        cand.follow = double(residue_pattern(sr.top1, spec.l_min, S).follow) / present;
         periodic_sites.push_back(cand);
       }
     }

@@ -314,6 +314,8 @@ class TrainingData {
     return evaluate_targets(model, cfg_.task, n, seed, std::max(cfg_.train.offset_randomization, 1));
   }
 
+  int validation_windows() const { return static_cast<int>(validation_.size()); }
+
   // What a model directory needs beside its weights: the task's files, or the corpus's tokenizer.
   void save_beside_model(const std::string& out_dir) const {
     if (!cfg_.corpus) return save_task_files(out_dir, cfg_.task);
@@ -592,7 +594,7 @@ StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
   if (t.steps > t.induction_steps) cost.task_s = median_step(false);
   model->eval();
   // A corpus run evaluates all its validation windows; a task run eval_examples prompts.
-  const int n = cfg.corpus ? t.eval_examples : std::max(8, t.eval_examples / 8);
+  const int n = cfg.corpus ? data.validation_windows() : std::max(8, t.eval_examples / 8);
   const auto t0 = clock::now();
   data.evaluate(model, n, t.seed + 1000003);
   cost.eval_example_s = std::chrono::duration<double>(clock::now() - t0).count() / n;
