@@ -495,6 +495,8 @@ TEST(HardeningConfig, TomlFloatKeysMustBeFiniteAndInRange) {
       {"clip = nan", "clip", "is nan", ">= 0"},
       {"clip = -1.0", "clip", "is -1.0", ">= 0"},
       {"repeat_fraction = nan", "repeat_fraction", "is nan", "[0, 1]"},
+      {"in_sequence_padding = 1.5", "in_sequence_padding", "is 1.5", "[0, 1]"},
+      {"in_sequence_padding = nan", "in_sequence_padding", "is nan", "[0, 1]"},
   };
   for (const auto& c : cases) {
     const fs::path p = write_toml(

@@ -561,6 +561,50 @@ TEST(Lookup, TrainingExamplesRandomiseThePhaseAndBothPaddings) {
   EXPECT_EQ(key_parities.size(), 2u);
 }
 
+// [train] in_sequence_padding: the share of in-sequence examples follows it (0 = prefix only, 1 =
+// in-sequence only), and every share draws the same examples at the same phases, so two runs that
+// differ in it compare like with like. The default 1/2 is the fair coin of earlier versions, draw
+// for draw (checked-in runs and bundled models train on the same data as before).
+TEST(Lookup, TrainingInSequenceShareChoosesThePaddingOfTheSameExamples) {
+  Rng a(21), b(21);
+  for (int i = 0; i < 2000; ++i) ASSERT_EQ(draw_chance(a, 0.5), draw_below(b, 2) == 1) << i;
+  const TaskConfig c = small_lookup(4);
+  const int m = 8, n = 1200;
+  auto draw = [&](double share) {
+    Rng rng(11);
+    std::vector<TaskExample> out;
+    for (int i = 0; i < n; ++i) out.push_back(sample_training_example(c, rng, m, {}, share));
+    return out;
+  };
+  auto in_sequence_share = [](const std::vector<TaskExample>& xs) {
+    int k = 0;
+    for (const auto& ex : xs) k += ex.padding == PaddingMode::kInSequence;
+    return k / double(xs.size());
+  };
+  const auto half = draw(0.5), none = draw(0.0), all = draw(1.0), quarter = draw(0.25);
+  EXPECT_EQ(in_sequence_share(none), 0.0);
+  EXPECT_EQ(in_sequence_share(all), 1.0);
+  EXPECT_NEAR(in_sequence_share(quarter), 0.25, 0.04);  // binomial sd 0.0125
+  EXPECT_NEAR(in_sequence_share(half), 0.5, 0.05);
+  Rng rng(11);
+  for (int i = 0; i < n; ++i) {
+    ASSERT_EQ(sample_training_example(c, rng, m).tokens, half[i].tokens) << i;  // the default
+    for (const auto* xs : {&none, &all, &quarter}) {
+      const TaskExample& ex = (*xs)[i];
+      ASSERT_EQ(ex.logical_id, half[i].logical_id) << i;
+      ASSERT_EQ(ex.phase, half[i].phase) << i;
+      ASSERT_EQ(ex.tokens.size(), half[i].tokens.size()) << i;
+      ASSERT_EQ(ex.target().key_pos, half[i].target().key_pos) << i;
+      if (ex.padding == half[i].padding) ASSERT_EQ(ex.tokens, half[i].tokens) << i;
+    }
+  }
+  // Other tasks pad the prefix only: another share is an error, not silently ignored.
+  TaskConfig kv;
+  kv.context_len = 16;
+  Rng r(1);
+  EXPECT_THROW(sample_training_example(kv, r, m, {}, 0.0), Error);
+}
+
 TEST(Lookup, TrainingWithoutRandomisationStillMovesTheRecords) {
   const TaskConfig c = small_lookup();  // no filler: only the padding moves the records
   Rng rng(3);

@@ -312,6 +312,15 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   Comparison c4 = t.build();
   add_candidate_suite(c4, base, load_suite_results(extra.string()), extra.string(), engine_cost);
   EXPECT_EQ(find(c4, "curr").what, "train.phase_curriculum = 0.5");
+  // So are the training data's offset randomisation and its in-sequence padding share.
+  run("prefix-train", chunked(1), 0, "lookup",
+      {{"in_sequence_padding", 0.0}, {"offset_randomization", 0}});
+  write_suite();
+  write_sweep(extra / "prefix-train/sweep-prefix", summary_of(kFlat), "prefix");
+  Comparison c6 = t.build();
+  add_candidate_suite(c6, base, load_suite_results(extra.string()), extra.string(), engine_cost);
+  EXPECT_EQ(find(c6, "prefix-train").what,
+            "train.offset_randomization = 0, train.in_sequence_padding = 0.0");
   run("other-lr", chunked(1), 0, "lookup", {{"lr", 0.01}});
   write_suite();
   Comparison c5 = t.build();

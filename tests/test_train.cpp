@@ -52,6 +52,20 @@ TEST(TrainConfig, ErrorsNameSectionAndKey) {
     EXPECT_NE(std::string(e.what()).find("[train]: unknown key 'stepz'"), std::string::npos)
         << e.what();
   }
+  // in_sequence_padding: a share in [0, 1], for the lookup task only; written to the provenance
+  // only when not the default, so the configs of runs from before the key stay unchanged.
+  j = tiny_train_json();
+  EXPECT_FALSE(
+      train_config_from_json(j, "t.toml", ".").source["train"].contains("in_sequence_padding"));
+  j["train"]["in_sequence_padding"] = 0.0;
+  try {
+    train_config_from_json(j, "t.toml", ".");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'in_sequence_padding' applies to the lookup task only"),
+              std::string::npos)
+        << e.what();
+  }
   j = tiny_train_json();
   j["model"]["vocab_size"] = 30;
   try {

@@ -48,9 +48,9 @@ TrainStepSpec large_spec(const BenchOptions& o) {
 TrainStepSpec study_spec(const BenchOptions& o) {
   auto cfg = train_config_from_file(o.study_config);
   std::mt19937_64 rng(o.seed);
-  const auto batch =
-      make_training_batch(cfg.task, rng, cfg.train.batch, cfg.train.offset_randomization,
-                          cfg.train.repeat_fraction, cfg.train.repeat_marker);
+  const auto batch = make_training_batch(
+      cfg.task, rng, cfg.train.batch, cfg.train.offset_randomization, cfg.train.repeat_fraction,
+      cfg.train.repeat_marker, {}, cfg.train.in_sequence_padding);
   return {"study", cfg.model, cfg.train.batch, batch.tokens.size(1) - 1};
 }
 

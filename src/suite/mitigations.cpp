@@ -14,7 +14,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // The [train] keys a candidate suite may change against the baseline: training-time mitigations.
-constexpr const char* kTrainingMitigations[] = {"phase_curriculum", "offset_randomization"};
+constexpr const char* kTrainingMitigations[] = {"phase_curriculum", "offset_randomization",
+                                                "in_sequence_padding"};
 using json = nlohmann::json;
 
 // Issue 19's architecture candidates that the study suite trains, in the order the page lists

@@ -298,7 +298,8 @@ void check_layout(const TaskExample& ex) {
 }
 
 TaskExample sample_training_example(const TaskConfig& c, Rng& rng, int offset_randomization_M,
-                                    const std::vector<double>& phase_weights) {
+                                    const std::vector<double>& phase_weights,
+                                    double in_sequence_share) {
   const int lo = c.min_context_len == 0 ? c.context_len : c.min_context_len;
   const int len = lo + draw_below(rng, c.context_len - lo + 1);
   const uint64_t id = rng();
@@ -306,7 +307,7 @@ TaskExample sample_training_example(const TaskConfig& c, Rng& rng, int offset_ra
   const int m = std::max(offset_randomization_M, 1);
   const int phase = draw_training_phase(rng, m, phase_weights);
   const PaddingMode mode =
-      draw_below(rng, 2) == 0 ? PaddingMode::kPrefix : PaddingMode::kInSequence;
+      draw_chance(rng, in_sequence_share) ? PaddingMode::kInSequence : PaddingMode::kPrefix;
   return lookup::materialize(lg, m, phase, mode, true);
 }
 

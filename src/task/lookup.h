@@ -74,8 +74,9 @@
 //
 // Training examples (sample_training_example): a fresh logical example (random id under the
 // training seed, length uniform in [min_context_len, context_len]), laid out exactly as above at a
-// uniform phase mod max(offset_randomization, 1), prefix or in-sequence padding with probability
-// 1/2 each, answers included: the loss covers every demonstration and the target. Training sees
+// uniform phase mod max(offset_randomization, 1), in-sequence padding with probability
+// in_sequence_share ([train] in_sequence_padding, 1/2 by default) and prefix padding otherwise,
+// answers included: the loss covers every demonstration and the target. Training sees
 // the evaluation's padding (fillers between records included), so in-sequence sweeps are not out
 // of distribution. Without any padding the records would start at position 1 and every key would
 // sit at an odd position; modulus 1 already moves them by 0, 1 or 2, and offset_randomization = M
@@ -115,6 +116,7 @@ TaskExample materialize(const LogicalExample& lg, int modulus, int phase, Paddin
                         bool with_answer);
 void check_layout(const TaskExample& ex);
 TaskExample sample_training_example(const TaskConfig& c, Rng& rng, int offset_randomization_M,
-                                    const std::vector<double>& phase_weights);
+                                    const std::vector<double>& phase_weights,
+                                    double in_sequence_share);
 
 }  // namespace phasekv::lookup

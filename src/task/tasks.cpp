@@ -582,14 +582,21 @@ int draw_training_phase(std::mt19937_64& rng, int m, const std::vector<double>& 
 
 TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
                                     int offset_randomization_M,
-                                    const std::vector<double>& phase_weights) {
+                                    const std::vector<double>& phase_weights,
+                                    double in_sequence_share) {
   if (offset_randomization_M < 0)
     throw Error("offset randomization modulus is " + std::to_string(offset_randomization_M) +
                 " (allowed: 0 = off, or >= 1)");
   if (c.kind == TaskKind::kLookup) {
     validate(c, "task config");
-    return lookup::sample_training_example(c, rng, offset_randomization_M, phase_weights);
+    return lookup::sample_training_example(c, rng, offset_randomization_M, phase_weights,
+                                           in_sequence_share);
   }
+  if (in_sequence_share != kDefaultInSequenceShare)
+    throw Error("in-sequence padding share " + std::to_string(in_sequence_share) +
+                ": only the lookup task trains with in-sequence padding (allowed for '" +
+                to_string(c.kind) + "': the default " + std::to_string(kDefaultInSequenceShare) +
+                ")");
   const int lo = c.min_context_len == 0 ? c.context_len : c.min_context_len;
   const int len = lo + draw_below(rng, c.context_len - lo + 1);
   const uint64_t id = rng();

@@ -152,16 +152,21 @@ void check_layout(const TaskExample& ex);
 // A fresh random example with answers, for training. Context length uniform in
 // [min_context_len, context_len] (fixed when min_context_len is 0). offset_randomization_M > 0
 // puts the target key at a uniform phase mod M (prefix padding k uniform in [0, M)); 0 = off.
-// lookup: the evaluation's own padding at a uniform phase mod max(M, 1), prefix or in_sequence
-// with probability 1/2 each (task/lookup.h).
+// lookup: the evaluation's own padding at a uniform phase mod max(M, 1), in_sequence with
+// probability in_sequence_share and prefix otherwise (task/lookup.h); the other tasks pad the
+// prefix only.
 TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
                                     int offset_randomization_M);
 // The same with the phase mod M drawn with probability phase_weights[r] / sum (a phase
 // curriculum, [train] phase_curriculum); empty weights = uniform, the call above, draw for draw.
-// phase_weights must have M entries, >= 0, with a positive sum.
+// phase_weights must have M entries, >= 0, with a positive sum. in_sequence_share in [0, 1]
+// (lookup only; every share consumes the same draws, so runs that differ in it see the same
+// examples at the same phases).
+inline constexpr double kDefaultInSequenceShare = 0.5;
 TaskExample sample_training_example(const TaskConfig& c, std::mt19937_64& rng,
                                     int offset_randomization_M,
-                                    const std::vector<double>& phase_weights);
+                                    const std::vector<double>& phase_weights,
+                                    double in_sequence_share = kDefaultInSequenceShare);
 // The phase of a training example: uniform in [0, m), or weighted as above.
 int draw_training_phase(std::mt19937_64& rng, int m, const std::vector<double>& phase_weights);
 

@@ -36,7 +36,8 @@ TrainingBatch assemble(const std::vector<std::vector<int32_t>>& seqs,
 
 TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
                                   double repeat_fraction, bool repeat_marker,
-                                  const std::vector<double>& phase_weights) {
+                                  const std::vector<double>& phase_weights,
+                                  double in_sequence_share) {
   const int n_repeat = static_cast<int>(std::lround(repeat_fraction * B));
   std::vector<std::vector<int32_t>> seqs;
   std::vector<std::vector<int>> loss_at;
@@ -47,7 +48,7 @@ TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, 
       seqs.push_back(std::move(r.tokens));
       loss_at.push_back(std::move(r.positions));
     } else {
-      TaskExample ex = sample_training_example(task, rng, M, phase_weights);
+      TaskExample ex = sample_training_example(task, rng, M, phase_weights, in_sequence_share);
       loss_at.push_back(answer_positions(ex));
       seqs.push_back(std::move(ex.tokens));
     }

@@ -19,11 +19,13 @@ struct TrainingBatch {
 // (marked with <q> unless repeat_marker is false), with a target at every predictable repeated
 // token; the rest are task examples (random prefix padding in
 // [0, M) when M > 1) with targets at their answers; with phase_weights (M of them, a phase
-// curriculum) the task examples' phases are drawn by weight instead of uniformly. Consumes `rng`
-// in row order.
+// curriculum) the task examples' phases are drawn by weight instead of uniformly; a lookup
+// example gets in-sequence padding with probability in_sequence_share. Consumes `rng` in row
+// order.
 TrainingBatch make_training_batch(const TaskConfig& task, std::mt19937_64& rng, int B, int M,
                                   double repeat_fraction, bool repeat_marker = true,
-                                  const std::vector<double>& phase_weights = {});
+                                  const std::vector<double>& phase_weights = {},
+                                  double in_sequence_share = kDefaultInSequenceShare);
 
 // The induction warm-up's batch ([train] induction_steps): B unmarked repeats, each row of an even
 // length uniform in [6, max_len] (repeat_task.h). Consumes `rng` in row order.

@@ -50,14 +50,13 @@ void check_number(double v, bool in_range, const std::string& where, const char*
 }
 
 TrainOptions options_from_json(const json& j, const std::string& where) {
+  // clang-format off
   static const std::set<std::string> keys = {
-      "steps",         "batch",           "lr",
-      "min_lr_ratio",  "warmup",          "weight_decay",
-      "beta1",         "beta2",           "clip",
-      "seed",          "threads",         "offset_randomization",
-      "precision",     "log_every",       "eval_every",    "init_from",
-      "eval_examples", "checkpoint_every", "repeat_fraction", "repeat_marker",
-      "induction_steps", "induction_len", "phase_curriculum"};
+      "steps", "batch", "lr", "min_lr_ratio", "warmup", "weight_decay", "beta1", "beta2", "clip",
+      "seed", "threads", "offset_randomization", "precision", "log_every", "eval_every",
+      "init_from", "eval_examples", "checkpoint_every", "repeat_fraction", "repeat_marker",
+      "induction_steps", "induction_len", "phase_curriculum", "in_sequence_padding"};
+  // clang-format on
   json_read::check_keys(j, keys, where);
   TrainOptions t;
   read(j, "steps", t.steps, where);
@@ -79,6 +78,7 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
   read(j, "induction_steps", t.induction_steps, where);
   read(j, "induction_len", t.induction_len, where);
   read(j, "phase_curriculum", t.phase_curriculum, where);
+  read(j, "in_sequence_padding", t.in_sequence_padding, where);
   read(j, "log_every", t.log_every, where);
   read(j, "eval_every", t.eval_every, where);
   read(j, "eval_examples", t.eval_examples, where);
@@ -108,6 +108,8 @@ TrainOptions options_from_json(const json& j, const std::string& where) {
                "repeat_fraction", "a number in [0, 1]");
   check_number(t.phase_curriculum, t.phase_curriculum >= 0 && t.phase_curriculum <= 1, where,
                "phase_curriculum", "a number in [0, 1], 0 = off");
+  check_number(t.in_sequence_padding, t.in_sequence_padding >= 0 && t.in_sequence_padding <= 1,
+               where, "in_sequence_padding", "a number in [0, 1]");
   if (t.phase_curriculum > 0 && t.offset_randomization < 2)
     throw Error(where + ": key 'phase_curriculum' needs phases to weigh: offset_randomization is " +
                 std::to_string(t.offset_randomization) + " (allowed with a curriculum: >= 2)");
@@ -169,6 +171,9 @@ void check_corpus_options(const TrainOptions& t, const std::string& where) {
   refuse(t.repeat_fraction != 0, "repeat_fraction");
   refuse(t.induction_steps != 0, "induction_steps");
   refuse(t.phase_curriculum != 0, "phase_curriculum");
+  if (t.in_sequence_padding != kDefaultInSequenceShare)
+    throw Error(where + ": key 'in_sequence_padding' applies to [task] training only (allowed " +
+                "with [corpus]: absent)");
 }
 
 }  // namespace
@@ -201,6 +206,8 @@ nlohmann::json train_options_to_json(const TrainOptions& t) {
   // stay unchanged.
   if (!t.repeat_marker) j["repeat_marker"] = false;
   if (t.phase_curriculum > 0) j["phase_curriculum"] = t.phase_curriculum;
+  if (t.in_sequence_padding != kDefaultInSequenceShare)
+    j["in_sequence_padding"] = t.in_sequence_padding;
   if (t.induction_steps > 0) {
     j["induction_steps"] = t.induction_steps;
     j["induction_len"] = t.induction_len;
@@ -253,6 +260,10 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
   if (c.train.repeat_fraction > 0)
     check_repeat_lengths(c.task, c.train.offset_randomization, where + ": [train]");
   if (c.train.induction_steps > 0) check_induction_len(c.task, c.train.induction_len, where);
+  if (c.task.kind != TaskKind::kLookup && c.train.in_sequence_padding != kDefaultInSequenceShare)
+    throw Error(where +
+                ": [train] key 'in_sequence_padding' applies to the lookup task only (task '" +
+                to_string(c.task.kind) + "' trains on prefix padding; allowed: absent)");
   c.source = {{"model", model_config_to_json(c.model)},
               {"task", task_config_to_json(c.task)},
               {"train", train_options_to_json(c.train)}};

@@ -25,6 +25,11 @@ struct TrainOptions {
   // Random prefix padding in [0, M) during training, so data does not always land on the same
   // phases (the study's recommended mitigation); 0 = off.
   int offset_randomization = 0;
+  // The lookup task's share of training examples laid out with in-sequence padding (fillers
+  // between the records), the rest with prefix padding (task/lookup.h); 0.5 by default, the
+  // evaluation's two paddings half and half. A training-time mitigation to compare (issue 19):
+  // 0 trains on prefix padding only, 1 on in-sequence padding only. Other tasks: 0.5 only.
+  double in_sequence_padding = kDefaultInSequenceShare;
   std::string precision = "f32";  // f32 | bf16 (bf16 matmuls, f32 master weights)
   // A model directory whose weights start the run instead of a fresh init (fine-tuning, e.g. with
   // offset_randomization, or a second curriculum stage). Its config must equal [model]. A path

@@ -306,7 +306,7 @@ class TrainingData {
     if (cfg_.corpus) return make_corpus_batch(streams_.train, rng, t.batch, cfg_.corpus->context_len);
     if (step < t.induction_steps) return make_induction_batch(cfg_.task, rng, t.batch, t.induction_len);
     return make_training_batch(cfg_.task, rng, t.batch, t.offset_randomization, t.repeat_fraction,
-                               t.repeat_marker, phase_weights);
+                               t.repeat_marker, phase_weights, t.in_sequence_padding);
   }
 
   EvalScore evaluate(Decoder& model, int n, uint64_t seed) const {

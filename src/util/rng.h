@@ -50,6 +50,16 @@ inline int draw_weighted(Rng& rng, const std::vector<double>& weights) {
   return 0;
 }
 
+// True with probability p in [0, 1], from one draw. The uniform number is read from the draw's
+// bits lowest first (bit 0 is its most significant bit), so p = 1/2 is exactly "the lowest bit
+// is 1", i.e. draw_below(rng, 2) == 1: a share that replaces a fair coin keeps its draws.
+inline bool draw_chance(Rng& rng, double p) {
+  const uint64_t x = rng();
+  uint64_t reversed = 0;  // x's 53 lowest bits in reverse order
+  for (int i = 0; i < 53; ++i) reversed = (reversed << 1) | ((x >> i) & 1);
+  return static_cast<double>(reversed) * 0x1.0p-53 >= 1.0 - p;
+}
+
 // Fisher-Yates with draw_below.
 template <typename T>
 void shuffle_in_place(std::vector<T>& v, Rng& rng) {
