@@ -19,6 +19,8 @@ PACKAGES=(
   python3-torch python3-numpy
   # The code corpus (data/corpus/python-stdlib.json): the Python standard library's sources.
   libpython3.11-minimal libpython3.11-stdlib
+  # The long-document filler (data/filler/vim-manual.json): the Vim manuals' plain text.
+  vim-runtime
   chromium  # headless browser for tests/browser (renders report.html and compare.html)
   # clang with its libFuzzer and sanitizer runtimes: scripts/fuzz.sh (ASan + UBSan, fuzz/).
   clang libclang-rt-14-dev

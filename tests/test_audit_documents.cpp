@@ -48,6 +48,21 @@ TEST(FillerCorpus, TheManifestPinsDebianTextsIntoSentencesWithoutDigits) {
   EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
+// The second manifest is long enough for documents of 128K tokens without repeating its filler:
+// more than a megabyte of sentences, 8 bytes per token of 131,072 tokens.
+TEST(FillerCorpus, TheVimManualsHoldDocumentsOf128KTokens) {
+  const FillerCorpus c =
+      load_filler_corpus(std::string(PHASEKV_SOURCE_DIR) + "/data/filler/vim-manual.json");
+  EXPECT_EQ(c.files.size(), 45u);
+  size_t bytes = 0;
+  for (const auto& s : c.sentences) {
+    bytes += s.size();
+    EXPECT_EQ(s.find_first_of("0123456789\n\t"), std::string::npos) << s;
+  }
+  EXPECT_GT(bytes, size_t{8} * 131072);
+  EXPECT_GT(c.sentences.size(), 10000u);
+}
+
 TEST(FillerCorpus, AChangedOrMissingFileIsRefusedNamingBothDigests) {
   const fs::path dir = test::temp_dir("filler");
   const fs::path text = dir / "doc.txt";
@@ -227,6 +242,11 @@ TEST(AuditDocuments, ADocumentLongerThanTheCorpusIsFlaggedAsRepeatingItsFiller) 
   ASSERT_EQ(cli.status, 0) << cli.log;
   const json a = json::parse(read_file((dir / "out" / "audit.json").string()));
   EXPECT_EQ(a["records"]["filler_repeats"], 8) << a["records"].dump();
+  // The plan says so before anything is scored (--dry-run shows it too).
+  EXPECT_EQ(a["plan"]["filler_repeats"], 8) << a["plan"].dump();
+  EXPECT_NE(cli.log.find("filler: 8 of 8 items' documents are longer than the filler corpus"),
+            std::string::npos)
+      << cli.log;
   EXPECT_NE(cli.log.find("longer than the --filler corpus (2 sentences)"), std::string::npos)
       << cli.log;
   for (const auto& r : read_results((dir / "out" / "results.jsonl").string()).records)

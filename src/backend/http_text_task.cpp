@@ -280,7 +280,7 @@ TextKvTask::Shape TextKvTask::shape(int64_t example_id, int needle) {
   const Needle& n = ex.needles.at(static_cast<size_t>(needle));
   return {static_cast<int>(bos_.size() + ex.body.size() + n.query.size() + o_.chat_suffix.size()) +
               o_.modulus - 1,
-          static_cast<int>(n.answer.size())};
+          static_cast<int>(n.answer.size()), ex.filler_repeats};
 }
 
 std::vector<TextItem> TextKvTask::build(const std::vector<std::pair<int64_t, int>>& pairs,

@@ -104,6 +104,7 @@ class TextKvTask {
   struct Shape {
     int prompt_tokens = 0;
     int answer_tokens = 0;
+    bool filler_repeats = false;  // the document needs more sentences than the corpus has
   };
   Shape shape(int64_t example_id, int needle = 0);
   // Prompts for the given (example, phase) pairs asking for target `needle` (0 .. needles-1),

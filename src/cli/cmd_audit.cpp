@@ -155,6 +155,7 @@ struct AuditPlan {
   int64_t prompt_tokens = 0;     // over the pending items, as the scoring requests carry them
   int64_t generated_tokens = 0;  // requested
   int64_t longest_prompt = 0, longest_example = 0;
+  int64_t filler_repeats = 0;     // items whose document repeats its filler (text audits)
   int new_tokens = 1;             // generated per request
   int64_t requests_per_item = 1;  // scoring and checking requests
   std::string requests_note;
@@ -168,7 +169,8 @@ json plan_json(const AuditPlan& p) {
             {"requests", p.pending * p.requests_per_item},
             {"prompt_tokens", p.prompt_tokens},
             {"generated_tokens", p.generated_tokens},
-            {"longest_prompt", p.longest_prompt}};
+            {"longest_prompt", p.longest_prompt},
+            {"filler_repeats", p.filler_repeats}};
   if (p.prices) j["estimated_cost"] = token_cost(*p.prices, p.prompt_tokens, 0, p.generated_tokens);
   return j;
 }
@@ -221,6 +223,11 @@ std::string plan_text(const AuditPlan& p, const HttpBackend& http, const std::st
       p.pending, p.items, p.items - p.pending, out, p.pending * p.requests_per_item,
       p.requests_note, http.stats().requests, p.prompt_tokens, p.longest_prompt, p.longest_example,
       p.generated_tokens);
+  if (p.filler_repeats > 0)
+    t += fmt::format(
+        "  filler: {} of {} items' documents are longer than the filler corpus, so their filler "
+        "repeats (a larger --filler manifest: data/filler/vim-manual.json)\n",
+        p.filler_repeats, p.items);
   if (p.prices)
     t += fmt::format(
         "  cost: about {:.4f} at {} in / {} out per million tokens (the plan's prompt and "
@@ -679,6 +686,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   plan.pending = pending_items(a.out, a.examples, a.modulus, conditions);
   plan.longest_prompt = tp.longest_prompt;
   plan.longest_example = tp.longest_example;
+  plan.filler_repeats = tp.filler_repeats;
   plan.new_tokens = !mo.generate        ? 1
                     : mo.max_tokens > 0 ? mo.max_tokens
                                         : std::max(1, tp.longest_answer);
@@ -901,9 +909,10 @@ void register_audit(CLI::App& app) {
                   "text: targets per document, each asked by its own question and scored on its "
                   "own (multi-needle; needle 0 takes --depths, the others random places)");
   cmd->add_option("--filler", a->filler,
-                  "text: MANIFEST of natural filler text (data/filler/debian-licenses.json: "
-                  "Debian's license texts, checked by size and SHA-256); default: 8 built-in "
-                  "sentences");
+                  "text: MANIFEST of natural filler text, checked by size and SHA-256 "
+                  "(data/filler/debian-licenses.json: Debian's license texts, documents up to "
+                  "about 25K tokens; data/filler/vim-manual.json: the Vim manuals, 128K tokens "
+                  "and more); default: 8 built-in sentences");
   cmd->add_option("--max-context", a->max_context,
                   "the server's context size in tokens, instead of what it reports");
   cmd->add_flag("--dry-run", a->dry_run,

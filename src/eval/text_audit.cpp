@@ -55,6 +55,7 @@ TextAuditPlan TextAuditMode::plan(const std::vector<EvalItem>& items) {
       p.longest_example = it.example_id;
     }
     p.longest_answer = std::max(p.longest_answer, s->second.answer_tokens);
+    p.filler_repeats += s->second.filler_repeats ? 1 : 0;
   }
   return p;
 }

@@ -41,6 +41,7 @@ struct TextAuditPlan {
   int longest_prompt = 0;
   int64_t longest_example = -1;  // the example with the longest prompt
   int longest_answer = 0;        // value tokens (generate mode's max_tokens)
+  int64_t filler_repeats = 0;    // items whose document wraps around the filler corpus
 };
 
 class TextAuditMode : public EvalMode {
