@@ -392,14 +392,55 @@ TEST(MitigationsReport, NoCandidateMeetingNamesTheClosest) {
   write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
   EXPECT_EQ(page.rfind(kSectionBegin, 0), 0u);
-  // 8 KV heads and the recent copy each fail one criterion; 8 KV heads has the narrower gap.
-  EXPECT_NE(page.find("**No candidate meets the target** under prefix padding. Closest: "
-                      "**W8S8-8kv** (8 KV heads), which fails 1 of the three criteria: 8.00x the "
-                      "baseline's cache bytes, more than 1.25x."),
-            std::string::npos)
+  // 8 KV heads is flat but over the bytes bound; of those within it, the recent copy has the
+  // highest worst phase (0.8, ensemble2 0.25).
+  EXPECT_NE(
+      page.find(
+          "**No candidate meets the target** under prefix padding. Closest: "
+          "**W8S8 + recent-copy** (recent copy of the target record (an upper bound)), the highest "
+          "worst phase (0.800) within 1.25x the baseline's cache bytes, which fails 1 "
+          "of the three criteria: gap CI upper bound"),
+      std::string::npos)
       << page;
+  EXPECT_NE(page.find("  - W8S8-8kv: 8.00x the baseline's cache bytes, more than 1.25x.\n"),
+            std::string::npos);
   EXPECT_NE(page.find("- Missing, not judged: W8S8 + ensemble4 (no prefix sweep)."),
             std::string::npos);
+}
+
+// A model that learned nothing is flat near zero: its gap passes and it fails only the mean, but
+// it is not "closest" to a fix; the candidate with the highest worst phase is. A seed still
+// training (in suite.json, no sweep yet) is not counted as a seed.
+TEST(MitigationsReport, ClosestRanksByWorstPhaseNotByCriteriaCount) {
+  TinySuite t;
+  fs::remove_all(t.inference / "W8S8/prefix/ensemble4");
+  write_sweep(t.inference / "W8S8/prefix/recent-copy", summary_of([](int) { return 0; }), "prefix",
+              1, true);
+  json suite = json::parse(test::slurp(t.suite / "suite.json"));
+  json unfinished = suite["runs"][1];
+  unfinished["name"] = "W8S8-seed2";
+  unfinished["config"]["train"]["seed"] = 2;
+  suite["runs"].push_back(unfinished);
+  test::write_text(t.suite / "suite.json", suite.dump());
+  const fs::path md = t.root / "page.md";
+  MitigationsReportOptions o{t.suite.string(),
+                             t.inference.string(),
+                             md.string(),
+                             (t.root / "p.svg").string(),
+                             "cmd",
+                             "",
+                             {},
+                             {}};
+  write_mitigations_report(o, engine_cost);
+  const std::string page = test::slurp(md);
+  EXPECT_NE(page.find("Closest: **W8S8 + ensemble2** (phase ensembling, K = 2 shifted copies), "
+                      "the highest worst phase (0.250) within 1.25x"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("  - W8S8 + recent-copy: mean 0.000 below the baseline's 0.438.\n"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("The baseline has 2 seeds"), std::string::npos) << page;
 }
 
 // When no setting meets the target on any seed, the seeds verdict names no "closest" (one that

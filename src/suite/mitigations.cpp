@@ -194,6 +194,7 @@ TargetCheck check_target(const PhaseSummary& s, const ModelCost& cost, const Pha
   t.gap_hi_pp = s.gap_ci_pp.hi;
   t.bytes_x = std::max(cost.bytes_4k / base_cost.bytes_4k, cost.bytes_128k / base_cost.bytes_128k);
   t.mean = s.mean_acc;
+  t.worst = s.worst_acc;
   t.base_mean = base.mean_acc;
   t.gap_ok = t.gap_hi_pp < kTargetGapPp;
   t.bytes_ok = t.bytes_x <= kTargetBytesX + 1e-12;

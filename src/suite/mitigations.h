@@ -60,6 +60,7 @@ struct TargetCheck {
   double gap_hi_pp = 0;   // upper bound of the gap's 95 % CI
   double bytes_x = 0;     // cache bytes per token / the baseline's, the larger of 4K and 128K
   double mean = 0, base_mean = 0;
+  double worst = 0;  // worst-phase accuracy: what "closest" ranks by
   bool gap_ok = false, bytes_ok = false, mean_ok = false;
   bool met() const { return gap_ok && bytes_ok && mean_ok; }
   int failed() const { return !gap_ok + !bytes_ok + !mean_ok; }

@@ -96,13 +96,16 @@ std::string conclusions(const Comparison& c) {
       missing.push_back(&x);
   }
   if (judged.empty()) return "No candidate has figures under " + padding + " padding yet.\n";
-  // Meeting the target first, the cheapest in compute among those; then the fewest failed
-  // criteria, the narrowest gap bound among those.
+  // Meeting the target first, the cheapest in compute among those. Of the others, "closest" is
+  // the highest worst-phase accuracy within the cache-bytes bound (the mission's measure: worst
+  // phase at equal memory), then the narrowest gap bound. Counting failed criteria instead would
+  // name a model that learned nothing: near zero at every phase, its gap passes.
   auto cost = [](const Judged& j) { return std::isnan(j.x->compute_x) ? INFINITY : j.x->compute_x; };
   std::stable_sort(judged.begin(), judged.end(), [&](const Judged& a, const Judged& b) {
     if (a.t.met() != b.t.met()) return a.t.met();
     if (a.t.met()) return cost(a) < cost(b);
-    if (a.t.failed() != b.t.failed()) return a.t.failed() < b.t.failed();
+    if (a.t.bytes_ok != b.t.bytes_ok) return a.t.bytes_ok;
+    if (a.t.worst != b.t.worst) return a.t.worst > b.t.worst;
     return a.t.gap_hi_pp < b.t.gap_hi_pp;
   });
   std::string out;
@@ -121,9 +124,12 @@ std::string conclusions(const Comparison& c) {
     out += fmt::format("\n- The cheapest in compute of them is **{}**.\n", best.x->name);
   } else {
     out += fmt::format(
-        "- **No candidate meets the target** under {} padding. Closest: **{}** ({}), which "
-        "fails {} of the three criteria: {}.\n",
-        padding, best.x->name, best.x->what, best.t.failed(), best.t.why());
+        "- **No candidate meets the target** under {} padding. Closest: **{}** ({}), the highest "
+        "worst phase ({:.3f}){}, which fails {} of the three criteria: {}.\n",
+        padding, best.x->name, best.x->what, best.t.worst,
+        best.t.bytes_ok ? fmt::format(" within {:g}x the baseline's cache bytes", kTargetBytesX)
+                        : std::string(" (none is within the cache-bytes bound)"),
+        best.t.failed(), best.t.why());
   }
   out += "- Why the others fail:\n";
   for (const auto& j : judged)
@@ -241,12 +247,16 @@ std::string seeds_verdict(const Comparison& c) {
         t && t->met() && x.kind == CandidateKind::kTrained && !seeded.count(x.name))
       arch += (arch.empty() ? "" : ", ") + x.name;
   const bool inference = std::count(kInferenceSettings.begin(), kInferenceSettings.end(), best);
+  // Seeds whose plain model has a sweep: a suite entry still training is not a seed yet.
+  int seeds = 0;
+  for (const auto& k : seed_checks(c, "plain")) seeds += k.sweep != nullptr;
   const std::string head = fmt::format(
       "- **On the suite's seeds, no candidate is shown to meet the target.** The baseline has {} "
       "seeds and no inference option{} meets the target on all of them; the study suite's "
       "architecture candidates were trained with one seed each ({}).",
-      c.seed_runs.size() + 1, c.candidate_suites.empty() ? "" : " or candidate-suite run",
-      arch.empty() ? "none meets it on that one" : arch + " meet it on that one, other seeds untrained");
+      seeds, c.candidate_suites.empty() ? "" : " or candidate-suite run",
+      arch.empty() ? "none meets it on that one"
+                   : arch + " meet it on that one, other seeds untrained");
   // Naming a "closest" that meets it on no seed (or has no results) would mislead.
   if (best_count.first <= 0) return head + " None of them meets it on any seed.\n";
   out = fmt::format(
