@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "backend/http_client.h"
 #include "served.h"
 #include "task/filler_corpus.h"
 
@@ -122,8 +123,8 @@ TEST_F(ServeSentencePiece, CompletionTextAndLogprobsShowThePieces) {
   }
 }
 
-// A chat renders as the start piece, then " " + each message's content, encoded as text
-// (server/chat_template.h).
+// A chat renders as the start piece, then the messages' contents joined by a space (none before
+// the first), encoded as text (server/chat_template.h): one message is <s> + its own tokens.
 TEST_F(ServeSentencePiece, ChatRendersTheStartPieceAndTheContentAsText) {
   const auto r = post(served_->port(), "/v1/chat/completions",
                       json{{"model", served_->name()},
@@ -132,16 +133,42 @@ TEST_F(ServeSentencePiece, ChatRendersTheStartPieceAndTheContentAsText) {
                            {"temperature", 0}}
                           .dump());
   ASSERT_EQ(r.status, 200) << r.body.dump();
-  const auto content = served_->local().tokenize(" def quantize(x");
+  const auto content = served_->local().tokenize("def quantize(x");
+  // Without a space before it: "def" and " def" are other pieces in this vocabulary.
+  ASSERT_NE(served_->local().tokenize(" def quantize(x"), content);
   EXPECT_EQ(r.body["usage"]["prompt_tokens"], content.size() + 1);
-  const auto t = post(served_->port(), "/tokenize",
-                      json{{"messages", {{{"role", "user"}, {"content", "def quantize(x"}}}},
-                           {"add_special_tokens", false}}
-                          .dump());
-  ASSERT_EQ(t.status, 200) << t.body.dump();
+  auto rendered = [&](const json& messages) {
+    const auto t = post(served_->port(), "/tokenize",
+                        json{{"messages", messages}, {"add_special_tokens", false}}.dump());
+    EXPECT_EQ(t.status, 200) << t.body.dump();
+    return t.body["tokens"].get<std::vector<int32_t>>();
+  };
   std::vector<int32_t> want = {1};
   want.insert(want.end(), content.begin(), content.end());
-  EXPECT_EQ(t.body["tokens"].get<std::vector<int32_t>>(), want);
+  EXPECT_EQ(rendered({{{"role", "user"}, {"content", "def quantize(x"}}}), want);
+  // Two messages, and a content given as parts, are joined by single spaces.
+  const auto joined = served_->local().tokenize("class Buffer: def put(self");
+  want = {1};
+  want.insert(want.end(), joined.begin(), joined.end());
+  EXPECT_EQ(rendered({{{"role", "system"}, {"content", "class Buffer:"}},
+                      {{"role", "user"},
+                       {"content", json::array({{{"type", "text"}, {"text", "def"}},
+                                                {{"type", "text"}, {"text", "put(self"}}})}}}),
+            want);
+}
+
+// The audit's chat mode frames its probe message against this server's template: <s> before the
+// content, nothing after it (it used to refuse: the template put a space before the content).
+TEST_F(ServeSentencePiece, ChatAuditFramesTheProbeMessage) {
+  HttpBackendOptions o;
+  o.endpoint = served_->endpoint();
+  o.model = served_->name();
+  o.api = ApiKind::kChat;
+  o.timeout_s = 10;
+  auto http = HttpBackend::open(o);
+  const ChatFrame& frame = http->frame_chat("Hello world");
+  EXPECT_EQ(frame.prefix, std::vector<int32_t>({1}));
+  EXPECT_TRUE(frame.suffix.empty());
 }
 
 }  // namespace

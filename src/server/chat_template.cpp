@@ -12,9 +12,10 @@ using fields::bad;
 using fields::type_name;
 
 const char* const kChatTemplate =
-    "{{ bos_token }}{% for message in messages %}"
-    "{% if message['content'] is string %} {{ message['content'] }}"
-    "{% else %}{% for part in message['content'] %} {{ part['text'] }}{% endfor %}{% endif %}"
+    "{{ bos_token }}{% for message in messages %}{% if not loop.first %} {% endif %}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}{% if not loop.first %} {% endif %}"
+    "{{ part['text'] }}{% endfor %}{% endif %}"
     "{% endfor %}";
 
 namespace {
@@ -38,7 +39,8 @@ std::string content_text(const json& m, const std::string& where) {
                           " must be {\"type\": \"text\", \"text\": \"...\"} (this model reads "
                           "text only), not " +
                           part.dump());
-    text += " " + part["text"].get<std::string>();
+    if (j > 0) text += " ";
+    text += part["text"].get<std::string>();
   }
   return text;
 }
@@ -64,7 +66,11 @@ std::vector<int32_t> render_chat(const json& body, const ModelLimits& limits, bo
     if (!role.is_string() || !roles.count(role.get<std::string>()))
       bad("messages",
           where + ".role is " + role.dump() + " (allowed: system, developer, user, assistant)");
-    text += " " + content_text(m, where);
+    // A space between messages, none before the first: a sentencepiece vocabulary (no dummy
+    // prefix) encodes " def" and "def" differently, and a one-message chat must render as
+    // <s> + the content's own tokens, as a text prompt of that content does.
+    if (i > 0) text += " ";
+    text += content_text(m, where);
   }
   // One tokenizer for the whole text, so an unknown word is reported as the prompt's; the
   // message names the word. The template's <bos> is the tokenizer's start id (a word

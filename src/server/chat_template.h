@@ -10,7 +10,8 @@
 // task's query `<q> k12` is answered with the value, as in training. The same rendering in
 // Jinja (published in GET /v1/models under phasekv.chat_template) is kChatTemplate; it writes
 // text that the word tokenizer turns into these ids. A model with a sentencepiece tokenizer is
-// rendered the same way: its start id "<s>", then " " + each message's content, encoded as text.
+// rendered the same way: its start id "<s>", then the messages' contents joined by a space (none
+// before the first), encoded as text, so one message renders as <s> + the tokens of its content.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
