@@ -224,7 +224,7 @@ class FakeLlamaServer {
         {"truncated", false},
         {"stop_type", "limit"},
         {"stopping_word", ""},
-        {"tokens_cached", 0},
+        {"tokens_cached", n},  // the slot's cache after the request, not the tokens reused
         {"timings",
          {{"cache_n", 0},
           {"prompt_n", n},

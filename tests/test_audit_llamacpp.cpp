@@ -296,10 +296,22 @@ TEST(AuditAccounting, UsageShapesOfEveryDialect) {
   u = parse_usage(Dialect::kSglang, sglang);
   EXPECT_EQ(u.prompt, 30);
   EXPECT_EQ(u.cached, 8);
-  const json llama = {{"tokens_evaluated", 12}, {"tokens_predicted", 2}, {"tokens_cached", 0}};
+  // What llama-server answered to a 9-token prompt sent twice with cache_prompt true: the second
+  // time 8 tokens came from the cache (timings.cache_n); tokens_cached is the slot's cache size
+  // after the request, 9 both times (and with cache_prompt false too).
+  const json llama = {{"tokens_evaluated", 9},
+                      {"tokens_predicted", 1},
+                      {"tokens_cached", 9},
+                      {"timings", {{"cache_n", 8}, {"prompt_n", 1}}}};
   u = parse_usage(Dialect::kLlamacpp, llama);
-  EXPECT_EQ(u.prompt, 12);
-  EXPECT_EQ(u.completion, 2);
+  EXPECT_EQ(u.prompt, 9);
+  EXPECT_EQ(u.completion, 1);
+  EXPECT_EQ(u.cached, 8);
+  u = parse_usage(Dialect::kLlamacpp, {{"tokens_evaluated", 9},
+                                       {"tokens_predicted", 1},
+                                       {"tokens_cached", 9},
+                                       {"timings", {{"cache_n", 0}}}});
+  EXPECT_EQ(u.cached, 0);
   EXPECT_FALSE(parse_usage(Dialect::kVllm, json::object()).present);
 }
 

@@ -407,8 +407,12 @@ Usage parse_usage(Dialect d, const json& r) {
     return u;
   };
   if (!r.is_object()) return {};
-  if (d == Dialect::kLlamacpp && !r.contains("usage"))  // /completion
-    return read(r, "tokens_evaluated", "tokens_predicted", r, "tokens_cached");
+  // /completion: the prompt tokens reused from the slot's cache are timings.cache_n;
+  // tokens_cached is the size of the slot's cache after the request (every prompt token is in it
+  // even with cache_prompt false, measured on llama-server v0.5.0 of node-llama-cpp 3.22.1).
+  if (d == Dialect::kLlamacpp && !r.contains("usage"))
+    return read(r, "tokens_evaluated", "tokens_predicted",
+                r.contains("timings") ? r["timings"] : json(), "cache_n");
   if (d == Dialect::kSglang && r.contains("meta_info"))  // /generate
     return read(r["meta_info"], "prompt_tokens", "completion_tokens", r["meta_info"],
                 "cached_tokens");

@@ -115,7 +115,7 @@ std::string context_rule(Dialect d, bool chat);
 // Token accounting of one answer: OpenAI `usage` {prompt_tokens, completion_tokens,
 // prompt_tokens_details.cached_tokens} (vLLM, llama.cpp /v1, chat), SGLang /generate meta_info
 // {prompt_tokens, completion_tokens, cached_tokens}, llama.cpp /completion {tokens_evaluated,
-// tokens_predicted, tokens_cached}. present false when the answer carries none.
+// tokens_predicted, timings.cache_n}. present false when the answer carries none.
 struct Usage {
   bool present = false;
   int64_t prompt = 0, completion = 0, cached = 0;
