@@ -424,6 +424,7 @@ class FaultServer {
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
   std::atomic<bool> healthy{false};
   std::atomic<int32_t> poison{-1};
+  std::atomic<bool> always_slow{false};  // every answer takes 800 ms
   std::atomic<int> served_ok{0};
   ToyTokenizer& toy() { return toy_; }
 
@@ -434,6 +435,7 @@ class FaultServer {
     const int n = counter_++;
     const bool poisoned = std::find(prompt.begin(), prompt.end(), poison.load()) != prompt.end();
     if (poisoned && !healthy) return fail(res, 500, "poisoned");
+    if (always_slow) std::this_thread::sleep_for(std::chrono::milliseconds(800));
     // Faults hit the first two attempts of a request only (retries resend the same salted
     // body), so every other request succeeds within the test's retries whatever the timing.
     int attempt = 0;
@@ -563,6 +565,20 @@ TEST(FaultInjection, RetryBudgetEndsARunOfFailuresQuickly) {
   }
   EXPECT_GE(budget, 6) << "at most 3 requests got a retry, the others failed at once";
   EXPECT_EQ(http->stats().retries, 3);
+}
+
+// A timeout surfaces as httplib's "Read" error; the message names the limit to raise (a 128K-token
+// prefill on a CPU server takes minutes: the default 60 s cut every such request).
+TEST(FaultInjection, ATimedOutRequestNamesTheTimeoutToRaise) {
+  FaultServer server;
+  server.healthy = true;
+  server.always_slow = true;
+  auto o = fault_options(server.endpoint());
+  o.retries = 1;
+  const auto results = HttpBackend::open(o)->score({{{0, 5}, 9}});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_NE(results[0].error.find("nothing came within --timeout-s 0.5 s"), std::string::npos)
+      << results[0].error;
 }
 
 // The text audit end to end through the binary: faults on, a poisoned value in one example,

@@ -123,6 +123,12 @@ Transport::Attempt Transport::attempt(int slot, const std::string& method, const
     ++connection_errors_;
     a.retryable = true;
     a.error = "no response (" + httplib::to_string(res.error()) + ")";
+    // A read error is also what a timeout looks like: name the limit, since a long prompt's
+    // prefill (minutes at 128K tokens on a CPU server) outlasts the default.
+    if (res.error() == httplib::Error::Read)
+      a.error += ": the connection closed or nothing came within --timeout-s " +
+                 fmt::format("{:g}", options_.timeout_s) +
+                 " s (a long prompt may need a larger one)";
     return a;
   }
   a.status = res->status;
