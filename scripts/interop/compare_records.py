@@ -2,9 +2,10 @@
 """Compare two phasekv result directories record by record (results.jsonl of a sweep or an audit).
 
 Records are joined on the item: (example_id, phase, padding, condition (a long-document cell),
-needle), the fields that name an item in both. Prints how many items both have, how many agree on correctness
-and on the prediction, the largest difference of the target's log-probability (where both have
-one), and the items where they disagree. Exit 1 when the two disagree on any correctness.
+needle), the fields that name an item in both. Prints how many items both have, how many agree on
+correctness and on the prediction, the largest difference of the target's log-probability (where
+both have one), for chat audits how many rendered prompts are identical (their token-id hash),
+and the items where they disagree. Exit 1 when the two disagree on any correctness or prompt.
 Usage: compare_records.py DIR_A DIR_B
 """
 import json
@@ -52,11 +53,19 @@ def main():
     if diffs:
         print(f"  target log-probability: max |difference| {max(diffs):.2e} over {len(diffs)} items")
     else:
-        print("  target log-probability: not in both (generation mode)")
+        print("  target log-probability: not in both (generation mode, or censored: the target "
+              "outside the top alternatives)")
+    # Chat records carry the hash of the rendered prompt's token ids: two servers that render the
+    # same template must have made the same prompts.
+    hashed = [k for k in both if a[k].get("prompt_ids_fnv1a64") and b[k].get("prompt_ids_fnv1a64")]
+    same_prompt = len(hashed)
+    if hashed:
+        same_prompt = sum(a[k]["prompt_ids_fnv1a64"] == b[k]["prompt_ids_fnv1a64"] for k in hashed)
+        print(f"  same rendered prompt (token-id hash) {same_prompt}/{len(hashed)}")
     for k in both:
         if a[k]["correct"] != b[k]["correct"]:
             print(f"  differs: {dict(zip(KEY, k))}: correct {a[k]['correct']} vs {b[k]['correct']}")
-    return 0 if same_correct == len(both) else 1
+    return 0 if same_correct == len(both) and same_prompt == len(hashed) else 1
 
 
 if __name__ == "__main__":

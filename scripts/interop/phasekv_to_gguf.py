@@ -14,7 +14,7 @@ Tokenizers:
       (the server cannot tokenize text into these words; audit them with --render ids).
 
 Uses llama.cpp's own gguf-py (PYTHONPATH=<llama.cpp>/gguf-py) and Debian's python3-numpy.
-Usage: phasekv_to_gguf.py MODEL_DIR OUT.gguf [--chat-template FILE]
+Usage: phasekv_to_gguf.py MODEL_DIR OUT.gguf [--chat-template FILE] [--context-length N]
 """
 import argparse
 import json
@@ -121,6 +121,10 @@ def main():
     ap.add_argument("model_dir")
     ap.add_argument("out")
     ap.add_argument("--chat-template", help="a Jinja chat template file to embed")
+    ap.add_argument("--context-length", type=int,
+                    help="the context length to declare (default: the model's max_context); "
+                         "llama-server caps its slots to it, so long-document audits need more, "
+                         "which tests the harness: the model was not trained that long")
     a = ap.parse_args()
     where = os.path.join(a.model_dir, "config.json")
     with open(where) as f:
@@ -130,7 +134,7 @@ def main():
 
     w = gguf.GGUFWriter(a.out, "qwen3")
     w.add_name(os.path.basename(os.path.normpath(a.model_dir)))
-    w.add_context_length(int(cfg.get("max_context", 512)))
+    w.add_context_length(a.context_length or int(cfg.get("max_context", 512)))
     w.add_embedding_length(cfg["d_model"])
     w.add_feed_forward_length(cfg["d_ff"])
     w.add_block_count(cfg["n_layers"])
