@@ -66,7 +66,10 @@ std::string error_of(F&& f) {
 bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || !a.sizes().equals(b.sizes())) return false;
   torch::Tensor ca = a.contiguous(), cb = b.contiguous();
-  return ca.nbytes() == cb.nbytes() && std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0;
+  // An empty tensor's data pointer may be null, and memcmp(null, null, 0) is undefined behaviour
+  // (UBSan's nonnull-attribute check, found by scripts/sanitize-all.sh).
+  return ca.nbytes() == cb.nbytes() &&
+         (ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0);
 }
 
 #define EXPECT_CONTAINS(haystack, needle) \
