@@ -58,9 +58,8 @@ def main():
     # Chat records carry the hash of the rendered prompt's token ids: two servers that render the
     # same template must have made the same prompts.
     hashed = [k for k in both if a[k].get("prompt_ids_fnv1a64") and b[k].get("prompt_ids_fnv1a64")]
-    same_prompt = len(hashed)
+    same_prompt = sum(a[k]["prompt_ids_fnv1a64"] == b[k]["prompt_ids_fnv1a64"] for k in hashed)
     if hashed:
-        same_prompt = sum(a[k]["prompt_ids_fnv1a64"] == b[k]["prompt_ids_fnv1a64"] for k in hashed)
         print(f"  same rendered prompt (token-id hash) {same_prompt}/{len(hashed)}")
     for k in both:
         if a[k]["correct"] != b[k]["correct"]:
