@@ -200,6 +200,30 @@ TEST(HardeningFuzz, ANumberBeyondADoubleIsAnErrorNamingTheFile) {
   fs::remove_all(dir);
 }
 
+// A long fuzzing run (docs/RELIABILITY.md) found {"n_layers": 284184166}: the per-layer configs
+// were built before validate(), 25 GB of them (fuzz/corpus/fuzz_model_config/finding-n-layers-oom.json).
+TEST(HardeningFuzz, AHugeLayerCountIsRefusedBeforeAnyLayerIsBuilt) {
+  const json tiny = json::parse(test::slurp(fs::path(PHASEKV_SOURCE_DIR) / "configs/tiny-chunked.json"));
+  auto error_of = [](const json& j) -> std::string {
+    try {
+      model_config_from_json(j, "cfg.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  json j = tiny;
+  j["n_layers"] = 2147483647;
+  EXPECT_EQ(error_of(j), "cfg.json: key 'n_layers' is 2147483647 (allowed: 1..1024)");
+  j["n_layers"] = 1025;
+  j["layers"] = json::array();
+  for (int i = 0; i < 1025; ++i) j["layers"].push_back(json::object());
+  EXPECT_EQ(error_of(j), "cfg.json: key 'layers' has 1025 entries (allowed: 1..1024)");
+  j = tiny;
+  j["n_layers"] = 1024;  // the bound is allowed
+  EXPECT_EQ(model_config_from_json(j, "cfg.json").layers.size(), 1024u);
+}
+
 // ---- item 4: thread counts ----------------------------------------------------------------
 
 TEST(HardeningThreads, FlagsOutOfRangeAreRefusedNamingTheFlagAndRange) {

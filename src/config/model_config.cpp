@@ -100,6 +100,13 @@ json attention_to_json(const AttentionConfig& a) {
   return j;
 }
 
+// n_layers, or the length of 'layers' ("key 'layers' has N entries"), against kMaxLayers.
+void check_layer_count(size_t n, const std::string& where, const char* key, const char* unit = "") {
+  if (n > static_cast<size_t>(kMaxLayers))
+    throw Error(fmt::format("{}: key '{}' {} {}{} (allowed: 1..{})", where, key,
+                            *unit ? "has" : "is", n, unit, kMaxLayers));
+}
+
 }  // namespace
 
 std::string to_string(AttentionKind k) {
@@ -158,6 +165,7 @@ void validate(const ModelConfig& c, const std::string& where) {
   positive(c.vocab_size, "vocab_size");
   positive(c.d_model, "d_model");
   positive(c.n_layers, "n_layers");
+  check_layer_count(static_cast<size_t>(c.n_layers), where, "n_layers");
   positive(c.n_heads, "n_heads");
   positive(c.n_kv_heads, "n_kv_heads");
   positive(c.head_dim, "head_dim");
@@ -307,10 +315,12 @@ ModelConfig model_config_from_json(const json& j, const std::string& where) {
   if (j.contains("layers")) {
     const json& ls = j.at("layers");
     if (!ls.is_array()) throw Error(where + ": key 'layers' must be an array of attention objects");
+    check_layer_count(ls.size(), where, "layers", " entries");
     for (size_t i = 0; i < ls.size(); ++i)
       c.layers.push_back(
           attention_from_json(ls[i], base, where + ": layers[" + std::to_string(i) + "]"));
   } else {
+    if (c.n_layers > 0) check_layer_count(static_cast<size_t>(c.n_layers), where, "n_layers");
     c.layers.assign(static_cast<size_t>(std::max(c.n_layers, 0)), base);
   }
   validate(c, where);

@@ -110,6 +110,9 @@ void validate(const ModelConfig& c, const std::string& where);
 // once instead of allocating gigabytes before the shape-mismatch error.
 double min_parameter_count(const ModelConfig& c);
 constexpr double kMaxParameters = 2147483648.0;  // 2^31: 8 GiB of f32, far beyond a CPU model
+// n_layers and the length of 'layers', checked before the per-layer configs are built: with
+// d_model = d_ff = 1 the parameter bound alone lets n_layers reach 4 x 10^8 (25 GB of configs).
+constexpr int kMaxLayers = 1024;
 
 std::string to_string(AttentionKind k);
 std::string to_string(GateKind g);
