@@ -14,6 +14,7 @@
 #include "config/model_config.h"
 #include "eval/results_file.h"
 #include "model/model_dir.h"
+#include "suite/suite.h"
 #include "test_util.h"
 #include "train/train_config.h"
 #include "train/trainer.h"
@@ -201,9 +202,11 @@ TEST(HardeningFuzz, ANumberBeyondADoubleIsAnErrorNamingTheFile) {
 }
 
 // A long fuzzing run (docs/RELIABILITY.md) found {"n_layers": 284184166}: the per-layer configs
-// were built before validate(), 25 GB of them (fuzz/corpus/fuzz_model_config/finding-n-layers-oom.json).
+// were built before validate(), 25 GB of them
+// (fuzz/corpus/fuzz_model_config/finding-n-layers-oom.json).
 TEST(HardeningFuzz, AHugeLayerCountIsRefusedBeforeAnyLayerIsBuilt) {
-  const json tiny = json::parse(test::slurp(fs::path(PHASEKV_SOURCE_DIR) / "configs/tiny-chunked.json"));
+  const json tiny =
+      json::parse(test::slurp(fs::path(PHASEKV_SOURCE_DIR) / "configs/tiny-chunked.json"));
   auto error_of = [](const json& j) -> std::string {
     try {
       model_config_from_json(j, "cfg.json");
@@ -222,6 +225,28 @@ TEST(HardeningFuzz, AHugeLayerCountIsRefusedBeforeAnyLayerIsBuilt) {
   j = tiny;
   j["n_layers"] = 1024;  // the bound is allowed
   EXPECT_EQ(model_config_from_json(j, "cfg.json").layers.size(), 1024u);
+}
+
+// The same long run found a suite whose `base` names a file with a 300-byte name: the existence
+// check threw std::filesystem::error ("File name too long") instead of an error of the suite
+// (fuzz/corpus/fuzz_suite/finding-base-name-too-long.toml).
+TEST(HardeningFuzz, AConfigNameTooLongIsAnErrorNamingTheFile) {
+  const fs::path dir = test::temp_dir("hard_longname");
+  const std::string base = std::string(300, 'b') + ".toml";
+  test::write_text(dir / "suite.toml", "[suite]\nname = \"s\"\nbase = \"" + base + "\"\n");
+  try {
+    load_suite((dir / "suite.toml").string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / base).string() + ": File name too long");
+  }
+  try {
+    train_config_from_file((dir / base).string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), "File name too long")) << e.what();
+  }
+  fs::remove_all(dir);
 }
 
 // ---- item 4: thread counts ----------------------------------------------------------------

@@ -272,7 +272,11 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
 
 json read_config_file(const std::string& path) {
   if (std::filesystem::path(path).extension() == ".json") return read_json_file(path);
-  if (!std::filesystem::exists(path)) throw Error(path + ": no such file");
+  // The error_code form: a name the filesystem refuses (a component over 255 bytes) is an error
+  // of this file, where the throwing form raised filesystem_error (found by fuzz_suite).
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(path + ": " + (ec ? ec.message() : std::string("no such file")));
   toml::table tbl;
   try {
     tbl = toml::parse_file(path);
