@@ -22,6 +22,7 @@ ctest --test-dir "$B" --output-on-failure -j "$JOBS"
 targets=$(for f in fuzz/fuzz_*.cpp; do basename "$f" .cpp; done)  # as fuzz/CMakeLists.txt
 mkdir -p "$B/findings"
 rm -f "$B/failed"
+touch "$B/run-start"  # the table below counts the findings saved after it
 # One target: a libFuzzer process with its own log; a finding leaves the marker file $B/failed.
 fuzz_one() {
   local t=$1
@@ -46,17 +47,20 @@ wait
 
 # The run's figures per target, as docs/RELIABILITY.md tabulates them: libFuzzer's own counts at
 # the end (inputs and seconds from "Done N runs in S second(s)", coverage and corpus entries
-# from the DONE line, stat::peak_rss_mb) and the crashing inputs saved.
+# from the last status line, stat::peak_rss_mb) and the crashing inputs saved. A target stopped
+# by a finding has no "Done" line: its inputs are stat::number_of_executed_units.
 echo "| target | inputs executed | seconds | per second | coverage (edges) | corpus entries | peak RSS | findings |"
 echo "|---|---|---|---|---|---|---|---|"
 for t in $targets; do
-  found=$(find "$B/findings" -name "$t-*" | wc -l)
+  found=$(find "$B/findings" -name "$t-*" -newer "$B/run-start" | wc -l)
   awk -v t="$t" -v found="$found" '
-    /DONE +cov:/ { for (i = 1; i <= NF; i++) { if ($i == "cov:") cov = $(i + 1); if ($i == "corp:") { split($(i + 1), c, "/"); corp = c[1] } } }
+    / cov: / { for (i = 1; i <= NF; i++) { if ($i == "cov:") cov = $(i + 1); if ($i == "corp:") { split($(i + 1), c, "/"); corp = c[1] } } }
     /^Done [0-9]+ runs in [0-9]+ second/ { runs = $2; secs = $5 }
+    /^stat::number_of_executed_units:/ { units = $2 }
     /^stat::peak_rss_mb:/ { rss = $2 }
     END {
-      if (runs == "") { printf "| `%s` | (no final stats: see %s.log) | | | | | | %d |\n", t, t, found; exit }
+      if (runs == "" && units == "") { printf "| `%s` | (no final stats: see %s.log) | | | | | | %d |\n", t, t, found; exit }
+      if (runs == "") { printf "| `%s` | %d | stopped by a finding | | %s | %s | %s MB | %d |\n", t, units, cov, corp, rss, found; exit }
       printf "| `%s` | %d | %d | %d | %s | %s | %s MB | %d |\n", t, runs, secs, runs / (secs > 0 ? secs : 1), cov, corp, rss, found
     }' "$B/$t.log"
 done
