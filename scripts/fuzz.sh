@@ -7,7 +7,7 @@
 #  3. each target fuzzed for FUZZ_SECONDS (default 60). New corpus entries stay in
 #     build-fuzz/corpus/; a crashing input is saved as build-fuzz/findings/TARGET-crash-* and the
 #     script fails (add it to fuzz/corpus/TARGET once fixed: the replay keeps it checked).
-# Usage: bash scripts/fuzz.sh                       (CI: FUZZ_SECONDS=30)
+# Usage: bash scripts/fuzz.sh                       (CI: FUZZ_SECONDS=60 FUZZ_PARALLEL=2)
 #        FUZZ_SECONDS=1440 FUZZ_PARALLEL=2 bash scripts/fuzz.sh   (the long documented run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
