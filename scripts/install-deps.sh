@@ -1,10 +1,24 @@
 #!/usr/bin/env bash
-# Installs every build and runtime dependency of phasekv from Debian's packages.
+# Installs phasekv's dependencies from Debian's packages.
+#   bash scripts/install-deps.sh        everything: what builds and runs phasekv, and the tests'
+#                                       and developers' tools (GoogleTest, Google Benchmark,
+#                                       Chromium, clang with its sanitizer runtimes, Node with the
+#                                       openai npm package, PyTorch for Python, clang-format).
+#                                       CI (.ci/run) and scripts/test.sh.
+#   bash scripts/install-deps.sh --run  only what building and running `phasekv` needs: the
+#                                       main job (scripts/main.sh).
 # Idempotent: packages already present are left alone, so CI can run it on every build.
 set -euo pipefail
 
-PACKAGES=(
-  build-essential cmake ninja-build pkg-config clang-format
+case "${1:-}" in
+  "") set_name="all" ;;
+  --run) set_name="run" ;;
+  *) echo "usage: bash scripts/install-deps.sh [--run]" >&2; exit 2 ;;
+esac
+
+# Building and running phasekv (every find_package of CMakeLists.txt outside the tests).
+RUN_PACKAGES=(
+  build-essential cmake ninja-build pkg-config
   libtorch-dev
   # Without the pthread OpenBLAS, Debian's libtorch falls back to the reference BLAS:
   # fp32 matmul measured ~50x slower on the CI machine.
@@ -14,6 +28,10 @@ PACKAGES=(
   libdnnl-dev
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libfmt-dev
   libsentencepiece-dev libtomlplusplus-dev
+)
+# Testing, fuzzing, benchmarking and formatting, and the texts of the optional corpora.
+DEV_PACKAGES=(
+  clang-format
   googletest libgtest-dev libbenchmark-dev
   # The PyTorch-Python reference used by bench/ (numerics and speed comparison).
   python3-torch python3-numpy
@@ -25,6 +43,8 @@ PACKAGES=(
   # clang with its libFuzzer and sanitizer runtimes: scripts/fuzz.sh (ASan + UBSan, fuzz/).
   clang libclang-rt-14-dev
 )
+PACKAGES=("${RUN_PACKAGES[@]}")
+[ "$set_name" = all ] && PACKAGES+=("${DEV_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -33,10 +53,12 @@ done
 # Node and npm for tests/openai (the official OpenAI client drives `phasekv serve`). Debian's
 # packages only when the commands are missing: a NodeSource nodejs ships its own npm, and
 # Debian's npm package conflicts with it.
-command -v node >/dev/null || missing+=(nodejs)
-command -v npm >/dev/null || missing+=(npm)
+if [ "$set_name" = all ]; then
+  command -v node >/dev/null || missing+=(nodejs)
+  command -v npm >/dev/null || missing+=(npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  echo "install-deps: all ${#PACKAGES[@]} packages present ($set_name)"
 else
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -45,6 +67,7 @@ else
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
+[ "$set_name" = all ] || exit 0
 # The `openai` npm package (v4, pinned by tests/openai/package-lock.json) into the git-ignored
 # tests/openai/node_modules, from the npm registry.
 openai_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/openai"

@@ -9,7 +9,7 @@
 # runs/main/compare-<pair>/. A rerun resumes finished sweeps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
+bash scripts/build.sh --run  # only what the sweeps need: no test tools, no test binaries
 sweep_pair() {  # pair task examples modulus
   local pair=$1 task=$2 examples=$3 modulus=$4
   for name in "$pair-chunked" "$pair-full"; do
