@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -59,6 +60,21 @@ inline std::vector<std::string> sorted_lines(const std::filesystem::path& p) {
 
 inline void write_text(const std::filesystem::path& p, const std::string& text) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << text;
+}
+
+// A shell command's exit status (128 + signal when killed) and its stdout and stderr, apart.
+struct CommandResult {
+  int status = -1;
+  std::string out, err;
+};
+inline CommandResult run_command(const std::string& cmd) {
+  const auto dir = temp_dir("cmd");
+  const int st =
+      std::system((cmd + " > " + (dir / "out").string() + " 2> " + (dir / "err").string()).c_str());
+  CommandResult r{WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), slurp(dir / "out"),
+                  slurp(dir / "err")};
+  std::filesystem::remove_all(dir);
+  return r;
 }
 
 // `phasekv serve --model DIR --port 0` as a child process (stderr to `log`); the endpoint and the

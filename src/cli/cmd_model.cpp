@@ -12,6 +12,7 @@
 #include "model/model_dir.h"
 #include "model/precision.h"
 #include "runtime/session.h"
+#include "util/cpu_info.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/threads.h"
@@ -20,7 +21,8 @@ namespace phasekv::cli {
 
 void set_threads(int n) {
   flush_denormals();  // model/precision.h
-  if (n <= 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // All cores means those of the CPU affinity: `taskset -c 1` gets 1 thread, not one per core.
+  if (n <= 0) n = usable_cores();
   kernels::set_compute_threads(n);
 }
 

@@ -22,9 +22,9 @@ namespace {
 
 struct ReproArgs {
   std::string suite, out;
-  // One one-thread job per core: `repro --plan` measured two one-thread jobs 1.5x faster than one
-  // two-thread job on 2 cores (docs/PERFORMANCE.md, "Suite throughput").
-  int jobs = std::min(256, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // One one-thread job per usable core: `repro --plan` measured two one-thread jobs 1.5x faster
+  // than one two-thread job on 2 cores (docs/PERFORMANCE.md, "Suite throughput").
+  int jobs = std::min(256, usable_cores());
   std::vector<std::string> only;
   bool print_commands = false;
   bool plan = false;
@@ -45,51 +45,70 @@ RunCost measured(const SuiteRun& r, const Suite& s, int threads, int reps) {
   return {c.induction_s, c.task_s, c.eval_example_s};
 }
 
-// Times each run at one and at two threads, and two one-thread copies of the first run side by
-// side (what --jobs 2 does to each job's speed), then projects the suite both ways.
-void print_plan(const Suite& s, const std::vector<const SuiteRun*>& runs, int reps) {
+// Times each run at one thread and at one thread per usable core, and the first run as `jobs`
+// one-thread copies side by side (what --jobs does to each job's speed), then projects the suite
+// both ways. Cores are the CPU affinity's (`taskset -c 1`: 1), not the machine's.
+void print_plan(const Suite& s, const std::vector<const SuiteRun*>& runs, int jobs, int reps) {
   if (runs.empty()) throw Error("--plan: no run selected");
+  const int cores = usable_cores();
   std::cout << fmt::format("repro --plan {}: median of {} steps per run after 2 untimed, on {}\n",
                            s.name, reps, cpu_description());
-  std::cout << fmt::format("{:<24} {:>13} {:>13} {:>13} {:>11} {:>11}\n", "run",
-                           "warm-up ms/st", "task ms/step", "eval ms/ex", "1 thread", "2 threads");
-  std::vector<double> one, two;
+  const std::string many_header = cores >= 2 ? fmt::format("{} threads", cores) : "";
+  std::cout << fmt::format("{:<24} {:>13} {:>13} {:>13} {:>11} {:>11}\n", "run", "warm-up ms/st",
+                           "task ms/step", "eval ms/ex", "1 thread", many_header);
+  std::vector<double> one, many;
   for (const auto* r : runs) {
-    const RunCost c1 = measured(*r, s, 1, reps), c2 = measured(*r, s, 2, reps);
-    const RunProjection p1 = project_run(s, *r, c1), p2 = project_run(s, *r, c2);
+    const RunCost c1 = measured(*r, s, 1, reps);
+    const RunProjection p1 = project_run(s, *r, c1);
     one.push_back(p1.total());
-    two.push_back(p2.total());
+    std::string many_text;
+    if (cores >= 2) {
+      many.push_back(project_run(s, *r, measured(*r, s, cores, reps)).total());
+      many_text = format_duration(many.back());
+    }
     std::cout << fmt::format("{:<24} {:>13.1f} {:>13.1f} {:>13.3f} {:>11} {:>11}\n", r->name,
                              1e3 * c1.induction_step_s, 1e3 * c1.task_step_s,
-                             1e3 * c1.eval_example_s, format_duration(p1.total()),
-                             format_duration(p2.total()));
+                             1e3 * c1.eval_example_s, format_duration(p1.total()), many_text);
   }
-  // Two one-thread jobs share the memory system: time that on the first run, in two threads of
-  // this process (libtorch runs each one's ops inline at one thread).
-  double side_by_side = 0;
-  {
-    std::vector<RunCost> pair(2);
+  // One-thread jobs side by side share the cores and the memory system: time that on the first
+  // run, as that many threads of this process (libtorch runs each one's ops inline at one
+  // thread). Only when two or more can run at once: a single run is never slowed down.
+  const int side = std::min(jobs, static_cast<int>(runs.size()));
+  double slowdown = 1;
+  if (side >= 2) {
+    std::vector<RunCost> costs(static_cast<size_t>(side));
     std::vector<std::thread> th;
-    for (int i = 0; i < 2; ++i)
-      th.emplace_back([&, i] { pair[i] = measured(*runs[0], s, 1, reps); });
+    for (int i = 0; i < side; ++i)
+      th.emplace_back([&, i] { costs[static_cast<size_t>(i)] = measured(*runs[0], s, 1, reps); });
     for (auto& t : th) t.join();
     const double solo = project_run(s, *runs[0], measured(*runs[0], s, 1, reps)).total();
-    side_by_side = 0.5 * (project_run(s, *runs[0], pair[0]).total() +
-                          project_run(s, *runs[0], pair[1]).total()) / solo;
+    double together = 0;
+    for (const RunCost& c : costs) together += project_run(s, *runs[0], c).total() / side;
+    slowdown = together / solo;
+    std::cout << fmt::format(
+        "{} one-thread jobs side by side: each runs x{:.2f} the time it takes alone ({})\n", side,
+        slowdown, runs[0]->name);
   }
-  for (double& d : one) d *= side_by_side;
-  const double jobs2 = fifo_makespan(one, 2), jobs1 = fifo_makespan(two, 1);
-  std::cout << fmt::format(
-      "two one-thread jobs side by side: each runs x{:.2f} the time it takes alone ({})\n"
-      "projected wall time of {} runs: --jobs 2 (one thread each) {}; one job at two threads {}"
-      " -> {}\n",
-      side_by_side, runs[0]->name, runs.size(), format_duration(jobs2), format_duration(jobs1),
-      jobs2 <= jobs1 ? "--jobs 2 is faster" : "one two-thread job is faster");
+  const double jobs_wall = fifo_makespan(one, jobs, slowdown);
+  std::string line =
+      fmt::format("projected wall time of {} run{}: --jobs {} (one thread each) {}", runs.size(),
+                  runs.size() == 1 ? "" : "s", jobs, format_duration(jobs_wall));
+  if (cores >= 2) {
+    const double one_job = fifo_makespan(many, 1);
+    line += fmt::format("; one job at {} threads {} -> {}", cores, format_duration(one_job),
+                        jobs_wall <= one_job ? fmt::format("--jobs {} is faster", jobs)
+                                             : fmt::format("one {}-thread job is faster", cores));
+  } else {
+    line += " (1 usable core: one thread at a time)";
+  }
+  std::cout << line << "\n";
 }
 
 void run_repro(const ReproArgs& a) {
   if (a.suite.empty()) throw Error("--suite FILE is required (or: phasekv repro report DIR)");
   if (a.out.empty()) throw Error("--out DIR is required");
+  if (a.jobs < 1 || a.jobs > 256)  // --plan projects --jobs too
+    throw Error("--jobs is " + std::to_string(a.jobs) + " (allowed: 1..256)");
   const Suite suite = load_suite(a.suite);
   SuiteOptions o;
   o.out_dir = a.out;
@@ -98,7 +117,7 @@ void run_repro(const ReproArgs& a) {
   o.only = a.only;
   o.progress = &std::cerr;
   if (a.plan) {
-    print_plan(suite, selected_runs(suite, a.only), a.plan_reps);
+    print_plan(suite, selected_runs(suite, a.only), a.jobs, a.plan_reps);
     return;
   }
   if (a.print_commands) {
@@ -119,13 +138,16 @@ void register_repro(CLI::App& app) {
   auto a = std::make_shared<ReproArgs>();
   cmd->add_option("--suite", a->suite, "suite file (TOML), e.g. configs/repro/study.toml");
   cmd->add_option("--out", a->out, "output directory (finished steps are skipped on a rerun)");
-  cmd->add_option("--jobs", a->jobs, "runs side by side, one libtorch thread each (default: one per core)");
+  cmd->add_option("--jobs", a->jobs,
+                  "runs side by side, one libtorch thread each (default: one per core this "
+                  "process may use, its CPU affinity's)");
   cmd->add_option("--only", a->only, "run only these runs (by name; repeatable)");
   cmd->add_flag("--print-commands", a->print_commands,
                 "print one self-contained command per run (for GNU parallel, Slurm ...)");
   cmd->add_flag("--plan", a->plan,
                 "time a few training steps of each run and print the projected wall time of "
-                "--jobs 2 (one thread each) and of one two-thread job; trains nothing");
+                "--jobs N (one thread each) and of one job at a thread per core; trains "
+                "nothing");
   cmd->add_option("--plan-reps", a->plan_reps, "timed steps per run and thread count (>= 1)")
       ->check(CLI::PositiveNumber);
   // `repro report DIR` also completes `repro`: its own callback must then do nothing.

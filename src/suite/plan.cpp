@@ -1,8 +1,6 @@
 #include "suite/plan.h"
 
 #include <algorithm>
-#include <functional>
-#include <queue>
 
 #include "util/error.h"
 
@@ -23,19 +21,26 @@ RunProjection project_run(const Suite& s, const SuiteRun& r, const RunCost& c) {
   return p;
 }
 
-double fifo_makespan(const std::vector<double>& durations, int jobs) {
+double fifo_makespan(const std::vector<double>& durations, int jobs, double slowdown) {
   if (jobs < 1) throw Error("fifo_makespan: jobs " + std::to_string(jobs) + " (allowed: >= 1)");
-  // Each slot's finishing time; the next job goes to the slot that frees first.
-  std::priority_queue<double, std::vector<double>, std::greater<>> slots;
-  for (int i = 0; i < jobs; ++i) slots.push(0.0);
-  double end = 0;
-  for (double d : durations) {
-    const double start = slots.top();
-    slots.pop();
-    slots.push(start + d);
-    end = std::max(end, start + d);
+  if (!(slowdown > 0))
+    throw Error("fifo_makespan: slowdown " + std::to_string(slowdown) + " (allowed: > 0)");
+  // Event by event: the work left of each running job (in seconds alone) shrinks at the rate the
+  // number of running jobs allows, until the next one ends and a waiting job takes its slot.
+  std::vector<double> running;
+  size_t next = 0;
+  double now = 0;
+  while (next < durations.size() || !running.empty()) {
+    while (running.size() < static_cast<size_t>(jobs) && next < durations.size())
+      running.push_back(durations[next++]);
+    const double rate = running.size() >= 2 ? 1.0 / slowdown : 1.0;
+    const double work = *std::min_element(running.begin(), running.end());
+    now += work / rate;
+    for (double& left : running) left -= work;  // the shortest becomes exactly 0
+    running.erase(std::remove_if(running.begin(), running.end(), [](double l) { return l <= 0; }),
+                  running.end());
   }
-  return end;
+  return now;
 }
 
 }  // namespace phasekv

@@ -25,8 +25,10 @@ struct RunProjection {
 };
 RunProjection project_run(const Suite& suite, const SuiteRun& run, const RunCost& cost);
 
-// Wall time of running jobs of these durations in this order on `jobs` slots, each job taking
-// the first free slot (what run_suite does).
-double fifo_makespan(const std::vector<double>& durations, int jobs);
+// Wall time of running jobs of these durations (each alone on the machine) in this order on `jobs`
+// slots, each job taking the first free slot (what run_suite does). While two or more run at once
+// each takes `slowdown` x its time alone (they share cores and memory: `repro --plan` measures
+// it); a job left running alone runs at full speed, so one run is never slowed down.
+double fifo_makespan(const std::vector<double>& durations, int jobs, double slowdown = 1.0);
 
 }  // namespace phasekv

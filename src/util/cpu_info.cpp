@@ -1,12 +1,20 @@
 #include "util/cpu_info.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <fstream>
 #include <thread>
 
 namespace phasekv {
+
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 std::string cpu_description() {
   std::ifstream in("/proc/cpuinfo");
@@ -16,9 +24,13 @@ std::string cpu_description() {
     if (name.empty() && line.rfind("model name", 0) == 0) name = value();
     if (family.empty() && line.rfind("cpu family", 0) == 0) family = value();
   }
-  return fmt::format("{}{}, {} cores", name.empty() ? "unknown CPU" : name,
-                     family.empty() ? "" : " (family " + family + ")",
-                     std::max(1u, std::thread::hardware_concurrency()));
+  const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int usable = usable_cores();
+  const std::string cores = usable < machine
+                                ? fmt::format("{} of {} cores (CPU affinity)", usable, machine)
+                                : fmt::format("{} cores", machine);
+  return fmt::format("{}{}, {}", name.empty() ? "unknown CPU" : name,
+                     family.empty() ? "" : " (family " + family + ")", cores);
 }
 
 }  // namespace phasekv
