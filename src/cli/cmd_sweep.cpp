@@ -153,7 +153,10 @@ void register_sweep(CLI::App& app) {
   auto a = std::make_shared<SweepArgs>();
   cmd->add_option("--model", a->model, "model directory (config.json, weights, task.json)")
       ->required();
-  cmd->add_option("--task", a->task, "kv|passkey (the task.json kind, or passkey)")->required();
+  cmd->add_option("--task", a->task,
+                  "kv|lookup|passkey: the model's task (task.json); a kv model also takes "
+                  "passkey")
+      ->required();
   cmd->add_option("--examples", a->examples, "logical examples, each at every phase")->required();
   cmd->add_option("--modulus", a->modulus, "M: phases r = key position mod M (e.g. 8 for S = 4)")
       ->required();

@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/usage.h"
 #include "util/allocator.h"
 #include "util/error.h"
 
@@ -27,6 +28,8 @@ int main(int argc, char** argv) {
   phasekv::cli::register_mitigations(app);
   phasekv::cli::register_probe(app);
   phasekv::cli::register_tokenizer(app);
+  phasekv::cli::finish_app(app);
+  if (const auto status = phasekv::cli::reject_unknown_command(app, argc, argv)) return *status;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
