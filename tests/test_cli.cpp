@@ -99,5 +99,99 @@ TEST(Cli, HelpShowsNoDefaultBesideRequired) {
   EXPECT_TRUE(has(sweep.out, "kv|lookup|passkey")) << sweep.out;
 }
 
+TEST(Cli, InfoTakesTheModelOneWayOrTheOther) {
+  const auto help = phasekv("info --help");
+  EXPECT_FALSE(has(help.out, "REQUIRED")) << help.out;
+  EXPECT_EQ(phasekv("info " + kv_chunked()).status, 0);
+  EXPECT_EQ(phasekv("info --model " + kv_chunked()).status, 0);
+  const auto none = phasekv("info");
+  EXPECT_NE(none.status, 0);
+  EXPECT_TRUE(has(none.err,
+                  "phasekv: error: the model directory (phasekv info DIR, or --model "
+                  "DIR) is required"))
+      << none.err;
+  const auto both = phasekv("info " + kv_chunked() + " --model " + kv_chunked());
+  EXPECT_NE(both.status, 0);
+  EXPECT_TRUE(has(both.err, "excludes")) << both.err;
+}
+
+// Without --stream the whole sequence is one forward: --chunk alone was silently ignored.
+TEST(Cli, ChunkWithoutStreamIsAnErrorNamingBoth) {
+  const auto r = phasekv("logits --model " + kv_chunked() + " --tokens 1,2,3 --chunk 2");
+  EXPECT_NE(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r.err, "phasekv: error: --chunk requires --stream")) << r.err;
+  EXPECT_EQ(phasekv("logits --model " + kv_chunked() + " --tokens 1,2,3 --stream --chunk 2").status,
+            0);
+}
+
+TEST(Cli, OutNamingAFileIsRefusedBeforeAnythingRuns) {
+  const fs::path dir = test::temp_dir("cli_out_file");
+  const fs::path file = dir / "taken";
+  test::write_text(file, "x");
+  const std::string sweep = "sweep --model " + kv_chunked() +
+                            " --task kv --examples 1 --modulus 8 --padding prefix --out ";
+  for (const fs::path& out : {file, file / "sub"}) {
+    const auto r = phasekv(sweep + out.string());
+    EXPECT_NE(r.status, 0) << r.out;
+    EXPECT_TRUE(
+        has(r.err, "phasekv: error: --out: " + file.string() + " is a file, not a directory"))
+        << r.err;
+    EXPECT_FALSE(has(r.err, "filesystem error")) << r.err;
+  }
+  const auto logits =
+      phasekv("logits --model " + kv_chunked() + " --tokens 1 --out " + dir.string());
+  EXPECT_TRUE(has(logits.err, "--out: " + dir.string() + " is a directory")) << logits.err;
+  // Below the flags, the library's own directory creation says the same, naming the file.
+  try {
+    ensure_directory((file / "a" / "b").string());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(has(e.what(), file.string() + " is a file, not a directory")) << e.what();
+  }
+  EXPECT_EQ(output_dir_problem((dir / "new" / "deeper").string()), "");
+  fs::remove_all(dir);
+}
+
+TEST(Cli, BundledPathsResolveFromTheShareDirOnlyWhenMissingHere) {
+  const fs::path dir = test::temp_dir("cli_bundled");
+  const fs::path share = dir / "share" / "phasekv";
+  fs::create_directories(share / "models" / "m");
+  EXPECT_EQ(resolve_bundled("models/m", share.string()), (share / "models" / "m").string());
+  EXPECT_EQ(resolve_bundled("models/absent", share.string()), "models/absent");
+  EXPECT_EQ(resolve_bundled("/abs/models/m", share.string()), "/abs/models/m");
+  // A path that exists where the user stands wins: `tests` exists in the test's working
+  // directory only when run from the source tree, so make one that surely does.
+  fs::create_directories(share / "here");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  fs::create_directories(dir / "here");
+  EXPECT_EQ(resolve_bundled("here", share.string()), "here");
+  fs::current_path(cwd);
+  fs::remove_all(dir);
+}
+
+// The layout `cmake --install` makes: PREFIX/bin/phasekv and PREFIX/share/phasekv/models. Run
+// from a directory without models/, the installed binary finds the bundled model; the build's
+// binary there does not.
+TEST(Cli, TheInstalledBinaryFindsTheBundledModels) {
+  const fs::path dir = test::temp_dir("cli_install");
+  fs::create_directories(dir / "prefix" / "bin");
+  fs::create_directories(dir / "prefix" / "share" / "phasekv");
+  fs::copy_file(kBin, dir / "prefix" / "bin" / "phasekv");
+  fs::create_directory_symlink(kSource / "models", dir / "prefix" / "share" / "phasekv" / "models");
+  fs::create_directories(dir / "elsewhere");
+  const std::string cd = "cd " + (dir / "elsewhere").string() + " && ";
+  const auto installed = test::run_command(cd + (dir / "prefix" / "bin" / "phasekv").string() +
+                                           " info models/kv-chunked");
+  EXPECT_EQ(installed.status, 0) << installed.err;
+  EXPECT_TRUE(
+      has(installed.out, (dir / "prefix" / "share" / "phasekv" / "models" / "kv-chunked").string()))
+      << installed.out;
+  const auto built = test::run_command(cd + kBin + " info models/kv-chunked");
+  EXPECT_NE(built.status, 0);
+  EXPECT_TRUE(has(built.err, "models/kv-chunked")) << built.err;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace phasekv

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "eval/sweep.h"
 #include "perf/bench_suite.h"
 #include "util/fs.h"
@@ -166,7 +167,7 @@ void register_bench(CLI::App& app) {
   add_common(d, dump);
   add_train(d, dump);
   d->add_option("--size", *size, "small | large | study");
-  d->add_option("--out", *out, "output directory")->required();
+  d->add_option("--out", *out, "output directory")->required()->check(output_dir());
   d->callback([dump, size, out] {
     auto o = dump->resolve();
     set_threads(o.threads);

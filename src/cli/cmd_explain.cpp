@@ -9,6 +9,7 @@
 
 #include "backend/local_backend.h"
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "explain/explanation.h"
 #include "explain/gate_cycle.h"
 #include "explain/gates.h"
@@ -60,9 +61,11 @@ struct SweepArgs {
 
 void add_sweep_options(CLI::App* cmd, SweepArgs& a) {
   cmd->add_option("--model", a.model, "model directory (config.json, weights, task.json)")
-      ->required();
+      ->required()
+      ->transform(bundled_path());
   cmd->add_option("--out", a.out, "output directory (an existing results.jsonl is resumed)")
-      ->required();
+      ->required()
+      ->check(output_dir());
   cmd->add_option("--examples", a.examples, "logical examples, each at every phase");
   cmd->add_option("--modulus", a.modulus,
                   "M: phases r = key position mod M (0: twice the model's stride, else 8)");
@@ -138,8 +141,9 @@ void register_gates(CLI::App& app) {
   auto padding = std::make_shared<std::string>("prefix");
   auto threads = std::make_shared<int>(0);
   cmd->add_option("--model", *model_dir, "model directory (config.json, weights, task.json)")
-      ->required();
-  cmd->add_option("--out", *out, "output directory")->required();
+      ->required()
+      ->transform(bundled_path());
+  cmd->add_option("--out", *out, "output directory")->required()->check(output_dir());
   cmd->add_option("--checkpoints", *checkpoints,
                   "directory of checkpoint subdirectories (each with model.safetensors, e.g. "
                   "copies of a training's checkpoint/): trajectories over training");
@@ -229,7 +233,7 @@ void register_explain_report(CLI::App& app) {
   auto notes = std::make_shared<std::string>();
   report->add_option("dirs", *dirs, "output directories of knockout, gates and gate-cycle runs")
       ->required();
-  report->add_option("--out", *out, "the Markdown file to write")->required();
+  report->add_option("--out", *out, "the Markdown file to write")->required()->check(output_file());
   report->add_option("--figures", *figures,
                      "where the SVG figures are copied (default: <out without .md>/ beside it)");
   report->add_option("--notes", *notes,

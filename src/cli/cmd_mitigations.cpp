@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "config/model_config.h"
 #include "perf/model_cost.h"
 #include "suite/mitigations.h"
@@ -50,10 +51,12 @@ void register_mitigations(CLI::App& app) {
   report->add_option("--suite", r->suite, "the --out of `phasekv repro` (suite.json, run dirs)");
   report->add_option("--inference", r->inference,
                      "the inference sweeps: DIR/RUN/PADDING/SETTING and DIR/timing/ROUND/SETTING");
-  report->add_option("--out", r->out,
-                     "Markdown page: the text between its generated-section markers is replaced "
-                     "(a new file holds only the section)");
-  report->add_option("--svg", r->svg, "the Pareto chart");
+  report
+      ->add_option("--out", r->out,
+                   "Markdown page: the text between its generated-section markers is replaced "
+                   "(a new file holds only the section)")
+      ->check(output_file());
+  report->add_option("--svg", r->svg, "the Pareto chart")->check(output_file());
   report->add_option("--candidates", r->candidates,
                      "the --out of another `phasekv repro` suite whose runs are architecture "
                      "candidates on the baseline's seeds (e.g. configs/repro/mitigations.toml's); "

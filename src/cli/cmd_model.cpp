@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/path_options.h"
 
 #include "kernels/compute_threads.h"
 #include "model/model_dir.h"
@@ -75,8 +76,8 @@ void register_init(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto seed = std::make_shared<uint64_t>(0);
   auto dtype = std::make_shared<std::string>("f32");
-  cmd->add_option("--config", *config, "model config JSON")->required();
-  cmd->add_option("--out", *out, "output model directory")->required();
+  cmd->add_option("--config", *config, "model config JSON")->required()->transform(bundled_path());
+  cmd->add_option("--out", *out, "output model directory")->required()->check(output_dir());
   cmd->add_option("--seed", *seed, "initialisation seed")->check(non_negative());
   cmd->add_option("--dtype", *dtype, "weights dtype: f32|bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
@@ -95,10 +96,17 @@ void register_info(CLI::App& app) {
   auto* cmd = app.add_subcommand("info", "print the architecture per layer and KV-cache bytes");
   auto dir = std::make_shared<std::string>();
   auto context = std::make_shared<int64_t>(4096);
-  cmd->add_option("--model,model_dir", *dir, "model directory (as --model DIR, or as the argument)")->required();
+  // One model, given either way: two options, so that --help lists neither as REQUIRED.
+  auto* positional = cmd->add_option("model_dir", *dir, "model directory (or --model DIR)")
+                         ->transform(bundled_path());
+  auto* flag = cmd->add_option("--model", *dir, "model directory (or as the argument)")
+                   ->transform(bundled_path())
+                   ->excludes(positional);
   cmd->add_option("--context", *context, "context length T for the cache size")
       ->check(CLI::PositiveNumber);
   cmd->callback([=] {
+    if (positional->count() + flag->count() == 0)
+      throw CLI::RequiredError("the model directory (phasekv info DIR, or --model DIR)");
     auto model = load_model_dir(*dir);
     const auto& c = model->cfg;
     int64_t params = 0;
@@ -170,14 +178,17 @@ void register_logits(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto stream = std::make_shared<bool>(false);
   auto chunk = std::make_shared<int64_t>(1);
-  cmd->add_option("--model", *dir, "model directory")->required();
+  cmd->add_option("--model", *dir, "model directory")->required()->transform(bundled_path());
   cmd->add_option("--tokens", *tokens, "comma-separated token ids")->required();
-  cmd->add_flag("--stream", *stream,
-                "use the streaming session: prefill in chunks of --chunk tokens (default 1: one "
-                "token at a time, i.e. pure decode)");
+  auto* stream_flag = cmd->add_flag(
+      "--stream", *stream,
+      "use the streaming session: prefill in chunks of --chunk tokens (default 1: one token at a "
+      "time, i.e. pure decode)");
+  // Without --stream the whole sequence is one forward: a --chunk there used to be ignored.
   cmd->add_option("--chunk", *chunk, "with --stream: tokens per prefill call (>= 1)")
-      ->check(at_least_one());
-  cmd->add_option("--out", *out, "write JSON here instead of stdout");
+      ->check(at_least_one())
+      ->needs(stream_flag);
+  cmd->add_option("--out", *out, "write JSON here instead of stdout")->check(output_file());
   cmd->callback([=] {
     set_threads(0);
     auto model = load_model_dir(*dir);

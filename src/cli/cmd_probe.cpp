@@ -11,6 +11,7 @@
 #include "backend/http_client.h"
 #include "backend/local_backend.h"
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "probe/flip_search.h"
 #include "probe/probe.h"
 #include "util/error.h"
@@ -71,7 +72,8 @@ void add_backend_options(CLI::App* cmd, ProbeArgs& a) {
       ->required();
   cmd->add_option("--endpoint", a.endpoint, "server URL (OpenAI-compatible), e.g. http://127.0.0.1:8000");
   cmd->add_option("--out", a.out, "output directory (an existing results.jsonl is resumed)")
-      ->required();
+      ->required()
+      ->check(output_dir());
   cmd->add_option("--threads", a.threads, "libtorch threads for --model DIR (0 = all cores)");
   cmd->add_option("--batch", a.batch, "sequences per forward for --model DIR");
   cmd->add_option("--dialect", a.dialect, "auto|vllm|sglang|llamacpp (with --endpoint)");
@@ -186,7 +188,8 @@ void register_probe(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "probe", "the padding probe: candidate continuations against the filler length before code");
   cmd->add_option("--spec", a->spec, "probe spec (TOML or JSON: code, candidates, correct, lengths, families)")
-      ->required();
+      ->required()
+      ->transform(bundled_path());
   add_backend_options(cmd, *a);
   cmd->add_option("--stride", a->stride,
                   "S for the tables by L mod S (0: the model's stride, else the detected period)");
@@ -201,7 +204,8 @@ void register_probe(CLI::App& app) {
       "flips", "the flip search: sites in held-out code whose greedy token changes with the "
                "filler length, periodically with the stride or not");
   flips->add_option("--spec", f->spec, "flip-search spec (TOML or JSON: manifest, sites, lengths, families)")
-      ->required();
+      ->required()
+      ->transform(bundled_path());
   add_backend_options(flips, *f);
   flips->add_option("--stride", f->stride, "S (0: the model's; a full-attention control needs it)");
   flips->add_option("--control-period", *control, "the chance baseline's period (0: S + 1)");

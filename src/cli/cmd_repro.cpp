@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "suite/plan.h"
 #include "suite/report.h"
 #include "suite/runner.h"
@@ -136,8 +137,10 @@ void register_repro(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "repro", "run a reproduction suite: train every run, then sweep it (resumable)");
   auto a = std::make_shared<ReproArgs>();
-  cmd->add_option("--suite", a->suite, "suite file (TOML), e.g. configs/repro/study.toml");
-  cmd->add_option("--out", a->out, "output directory (finished steps are skipped on a rerun)");
+  cmd->add_option("--suite", a->suite, "suite file (TOML), e.g. configs/repro/study.toml")
+      ->transform(bundled_path());
+  cmd->add_option("--out", a->out, "output directory (finished steps are skipped on a rerun)")
+      ->check(output_dir());
   cmd->add_option("--jobs", a->jobs,
                   "runs side by side, one libtorch thread each (default: one per core this "
                   "process may use, its CPU affinity's)");
@@ -160,7 +163,8 @@ void register_repro(CLI::App& app) {
   auto dir = std::make_shared<std::string>();
   auto md = std::make_shared<std::string>("docs/REPRODUCTION.md");
   report->add_option("dir", *dir, "the --out of `phasekv repro`")->required();
-  report->add_option("--out", *md, "the page; figures go to a folder named after it");
+  report->add_option("--out", *md, "the page; figures go to a folder named after it")
+      ->check(output_file());
   report->callback([dir, md] {
     ReproReportOptions o;
     o.suite_dir = *dir;

@@ -7,6 +7,7 @@
 
 #include "backend/local_backend.h"
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "eval/sweep.h"
 #include "model/model_dir.h"
 #include "io/tokenizer.h"
@@ -152,7 +153,8 @@ void register_sweep(CLI::App& app) {
       "sweep", "evaluate retrieval with the target at every phase r in [0, M) (resumable)");
   auto a = std::make_shared<SweepArgs>();
   cmd->add_option("--model", a->model, "model directory (config.json, weights, task.json)")
-      ->required();
+      ->required()
+      ->transform(bundled_path());
   cmd->add_option("--task", a->task,
                   "kv|lookup|passkey: the model's task (task.json); a kv model also takes "
                   "passkey")
@@ -162,7 +164,8 @@ void register_sweep(CLI::App& app) {
       ->required();
   cmd->add_option("--padding", a->padding, "prefix|in_sequence (in-sequence is accepted too)")->required();
   cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
-      ->required();
+      ->required()
+      ->check(output_dir());
   cmd->add_option("--seed", a->seed, "names the logical examples")->check(non_negative());
   auto* stride = cmd->add_option(
       "--stride", a->stride,
@@ -217,9 +220,13 @@ void enforce_sla(const SlaGate& gate, const PhaseSummary& summary) {
 void register_compare(CLI::App& app) {
   auto* cmd = app.add_subcommand("compare", "compare the phase profiles of several sweeps");
   auto dirs = std::make_shared<std::vector<std::string>>();
-  auto out = std::make_shared<std::string>(".");
+  auto out = std::make_shared<std::string>();
   cmd->add_option("dirs", *dirs, "sweep directories (each with summary.json)")->required();
-  cmd->add_option("--out", *out, "where compare.svg and compare.html go");
+  // Required, like every command's --out: the default "." scattered compare.svg and
+  // compare.html into whatever directory the user stood in.
+  cmd->add_option("--out", *out, "output directory for compare.svg and compare.html")
+      ->required()
+      ->check(output_dir());
   cmd->callback([dirs, out] { run_compare_command(*dirs, *out); });
 }
 

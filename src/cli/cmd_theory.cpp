@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "theory/output.h"
 #include "theory/sweep.h"
 #include "util/error.h"
@@ -106,7 +107,7 @@ void register_theory(CLI::App& app) {
       "positions the heads pick and which stay weak (docs/THEORY.md)");
   auto a = std::make_shared<RunArgs>();
   add_shared_flags(cmd, a->model, a->flow, false);
-  cmd->add_option("--out", a->out, "output directory (JSON, CSV, SVG)");
+  cmd->add_option("--out", a->out, "output directory (JSON, CSV, SVG)")->check(output_dir());
   cmd->add_flag("--quiet", a->quiet, "no progress lines");
   cmd->callback([a, cmd] {
     if (!cmd->got_subcommand("sweep")) run_theory(*a);
@@ -125,7 +126,7 @@ void register_theory(CLI::App& app) {
   sweep->add_option("--jobs", s->sweep.jobs, "runs side by side, one thread each");
   sweep->add_flag("!--no-stop", s->sweep.flow.stop_when_concentrated,
                   "integrate the full --time even after every head has concentrated");
-  sweep->add_option("--out", s->out, "output directory (JSON, CSV, SVG)");
+  sweep->add_option("--out", s->out, "output directory (JSON, CSV, SVG)")->check(output_dir());
   sweep->add_flag("--quiet", s->quiet, "no progress lines");
   sweep->callback([s] { run_theory_sweep(*s); });
 }

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "train/trainer.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -15,8 +16,12 @@ void register_train(CLI::App& app) {
   auto resume = std::make_shared<bool>(false);
   auto force = std::make_shared<bool>(false);
   auto steps = std::make_shared<int>(0);
-  cmd->add_option("--config", *config, "training config (TOML)")->required();
-  cmd->add_option("--out", *out, "output directory (model + checkpoints + log)")->required();
+  cmd->add_option("--config", *config, "training config (TOML)")
+      ->required()
+      ->transform(bundled_path());
+  cmd->add_option("--out", *out, "output directory (model + checkpoints + log)")
+      ->required()
+      ->check(output_dir());
   cmd->add_flag("--resume", *resume, "continue from OUT/checkpoint");
   cmd->add_flag("--force", *force,
                 "train afresh into an OUT that holds a finished model or a checkpoint, replacing "

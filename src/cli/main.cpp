@@ -1,3 +1,4 @@
+#include <filesystem>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -40,6 +41,11 @@ int main(int argc, char** argv) {
     return phasekv::cli::kAuditErrorsExit;  // the count is printed
   } catch (const phasekv::Error& e) {
     std::cerr << "phasekv: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::filesystem::filesystem_error& e) {  // a path no flag check foresaw
+    std::string what = e.what();  // "filesystem error: cannot create directories: ... [PATH]"
+    if (what.rfind("filesystem error: ", 0) == 0) what.erase(0, 18);
+    std::cerr << "phasekv: error: " << what << "\n";
     return 2;
   } catch (const c10::Error& e) {
     std::cerr << "phasekv: internal tensor error: " << e.what_without_backtrace() << "\n";

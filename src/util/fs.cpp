@@ -33,10 +33,31 @@ bool write_all(int fd, const char* data, size_t n) {
 
 }  // namespace
 
+std::string output_dir_problem(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // The nearest existing one of dir, its parent, ... must be a directory.
+  for (fs::path p = fs::path(dir).lexically_normal(); !p.empty(); p = p.parent_path()) {
+    const fs::file_status st = fs::status(p, ec);
+    if (fs::exists(st))
+      return fs::is_directory(st) ? "" : p.string() + " is a file, not a directory";
+    if (p == p.parent_path()) break;
+  }
+  return "";
+}
+
+void ensure_directory(const std::string& dir) {
+  if (const std::string problem = output_dir_problem(dir); !problem.empty())
+    throw Error("cannot create the directory " + dir + ": " + problem);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error("cannot create the directory " + dir + ": " + ec.message());
+}
+
 void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
   fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  if (target.has_parent_path()) ensure_directory(target.parent_path().string());
   // pid + a process-wide counter: two threads writing the same path (the audit's request cache
   // stores one answer from several workers) must not share a temporary file, or one rename
   // finds it already moved.
@@ -84,7 +105,7 @@ void AppendFile::append(const std::string& text) {
 }
 
 DirLock::DirLock(const std::string& dir, bool wait) {
-  std::filesystem::create_directories(dir);
+  ensure_directory(dir);
   const std::string path = (std::filesystem::path(dir) / ".lock").string();
   fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd_ < 0) throw Error("cannot open the lock file " + path);

@@ -7,6 +7,12 @@
 namespace phasekv {
 
 void write_file_atomic(const std::string& path, const std::string& content);
+// std::filesystem::create_directories, but a path through an existing file throws phasekv::Error
+// naming that file ("runs/x is a file, not a directory") instead of a raw filesystem_error.
+void ensure_directory(const std::string& dir);
+// "" when `dir` can be an output directory (it, or its nearest existing ancestor, is a
+// directory), else why not: "runs is a file, not a directory", naming the file in the way.
+std::string output_dir_problem(const std::string& dir);
 // A file written by appending whole pieces (the records of results.jsonl): append() writes all
 // of `text`, or, when the write fails (disk full, a file size limit), cuts the file back to where
 // it stood before and throws phasekv::Error naming the file and the reason, so what is on disk
