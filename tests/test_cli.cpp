@@ -152,6 +152,35 @@ TEST(Cli, OutNamingAFileIsRefusedBeforeAnythingRuns) {
   fs::remove_all(dir);
 }
 
+// Two sweeps' summary.json (no model needed): `compare` requires --out and warns when M differs.
+TEST(Cli, CompareNeedsOutAndWarnsWhenTheModuliDiffer) {
+  const fs::path dir = test::temp_dir("cli_compare");
+  const auto m8 = summarize(test::simulate_outcomes(std::vector<double>(8, 0.9), 40, 1), 8, 4);
+  const auto m24 = summarize(test::simulate_outcomes(std::vector<double>(24, 0.9), 40, 2), 24, 4);
+  const auto meta = nlohmann::json::object();
+  write_sweep_outputs((dir / "a").string(), "a", m8, meta);
+  write_sweep_outputs((dir / "b").string(), "b", m8, meta);
+  write_sweep_outputs((dir / "c").string(), "c", m24, meta);
+  const std::string a = (dir / "a").string(), b = (dir / "b").string(), c = (dir / "c").string();
+
+  const auto no_out = phasekv("compare " + a + " " + b);
+  EXPECT_NE(no_out.status, 0);
+  EXPECT_TRUE(has(no_out.err, "phasekv: error: --out is required")) << no_out.err;
+
+  const auto same = phasekv("compare " + a + " " + b + " --out " + (dir / "ab").string());
+  EXPECT_EQ(same.status, 0) << same.err;
+  EXPECT_FALSE(has(same.err, "warning")) << same.err;
+  EXPECT_FALSE(has(test::slurp(dir / "ab" / "compare.html"), "class=\"warning\""));
+
+  const auto mixed = phasekv("compare " + a + " " + c + " --out " + (dir / "ac").string());
+  EXPECT_EQ(mixed.status, 0) << mixed.err;
+  EXPECT_TRUE(has(mixed.err, "phasekv: warning: the sweeps have different moduli (" + a +
+                                 ": M = 8, " + c + ": M = 24)"))
+      << mixed.err;
+  EXPECT_TRUE(has(test::slurp(dir / "ac" / "compare.html"), "class=\"warning\""));
+  fs::remove_all(dir);
+}
+
 TEST(Cli, BundledPathsResolveFromTheShareDirOnlyWhenMissingHere) {
   const fs::path dir = test::temp_dir("cli_bundled");
   const fs::path share = dir / "share" / "phasekv";

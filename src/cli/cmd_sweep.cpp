@@ -11,6 +11,7 @@
 #include "eval/sweep.h"
 #include "model/model_dir.h"
 #include "io/tokenizer.h"
+#include "report/modulus_check.h"
 #include "report/report.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -138,6 +139,8 @@ void run_compare_command(const std::vector<std::string>& dirs, const std::string
                       : std::string("(no label)");
     series.emplace_back(label, std::move(s));
   }
+  if (const std::string w = modulus_mismatch(series); !w.empty())
+    std::cerr << "phasekv: warning: " << w << "\n";
   std::cout << compare_table(series);
   const std::filesystem::path base(out);
   write_file_atomic((base / "compare.svg").string(), phase_svg(series, "accuracy by phase"));

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "report/modulus_check.h"
 #include "report/report.h"
 #include "util/error.h"
 
@@ -40,6 +41,8 @@ tr.boundary td, td.boundary { background: #f3f3f3; }
 tr.worst td, td.worst { color: #b00020; font-weight: bold; }
 tr.detected td { font-weight: bold; }
 p.note { color: #555; font-size: 0.85em; max-width: 60em; }
+p.warning { margin: 0.4em 0; padding: 0.5em 0.8em; background: #fff8e6;
+            border-left: 6px solid #b26a00; }
 details { margin: 1em 0; } details > summary { cursor: pointer; font-weight: bold; }
 ul.kv, ol.kv { margin: 0.2em 0; padding-left: 1.4em; }
 ul.kv { list-style: square; } ul.kv li, ol.kv li { margin: 0.1em 0; }
@@ -158,19 +161,22 @@ std::vector<Metric> summary_metrics() {
       {"mean accuracy", [](const PhaseSummary& s) { return fixed3(s.mean_acc); }},
       {"best phase",
        [](const PhaseSummary& s) { return fmt::format("r={}: {:.3f}", s.best_phase, s.best_acc); }},
-      {"worst phase [95% CI]",
+      // Not the phase table's Wilson interval of that phase: the bootstrap interval of the minimum
+      // over phases, which the SLA gate judges (method note).
+      {"worst phase [95% bootstrap CI]",
        [](const PhaseSummary& s) {
          return fmt::format("r={}: {:.3f} [{:.3f}, {:.3f}]", s.worst_phase, s.worst_acc,
                             s.worst_acc_ci.lo, s.worst_acc_ci.hi);
        }},
-      {"gap (best - worst) [95% CI]", [](const PhaseSummary& s) { return format_gap(s); }},
+      {"gap (best - worst) [95% bootstrap CI]",
+       [](const PhaseSummary& s) { return format_gap(s); }},
       {"interior mean / worst",
        [](const PhaseSummary& s) {
          return s.split ? fmt::format("{:.3f} / r={}: {:.3f}", s.split->interior_mean_acc,
                                       s.split->interior_worst_phase, s.split->interior_worst_acc)
                         : "-";
        }},
-      {"interior gap [95% CI]",
+      {"interior gap [95% bootstrap CI]",
        [](const PhaseSummary& s) {
          return s.split
                     ? fmt::format("{:.1f} pp [{:.1f}, {:.1f}]", s.split->interior_gap_pp,
@@ -219,6 +225,12 @@ const PhaseRow* find_phase(const PhaseSummary& s, int r) {
   return nullptr;
 }
 
+// A profile whose phases all score the same has no worst phase to mark: a perfect control is
+// not red.
+bool has_worst(const PhaseSummary& s) {
+  return s.best_acc > s.worst_acc;
+}
+
 std::string ci_text(const PhaseRow& p) {
   return fmt::format("[{:.3f}, {:.3f}]", p.ci_lo, p.ci_hi);
 }
@@ -229,10 +241,11 @@ std::string html_phase_table(const PhaseSummary& s) {
       "<table class=\"phases\">\n<tr><th>phase</th><th>n</th><th>correct</th>"
       "<th>accuracy</th><th>95% Wilson CI</th><th></th></tr>\n";
   for (const PhaseRow& p : s.phases) {
-    const std::string cls = p.r == s.worst_phase ? "worst" : is_boundary(s, p.r) ? "boundary" : "";
+    const bool worst = has_worst(s) && p.r == s.worst_phase;
+    const std::string cls = worst ? "worst" : is_boundary(s, p.r) ? "boundary" : "";
     std::string note = is_boundary(s, p.r) ? "entry boundary" : "";
-    if (p.r == s.worst_phase) note += note.empty() ? "worst" : ", worst";
-    if (p.r == s.best_phase) note += note.empty() ? "best" : ", best";
+    if (worst) note += note.empty() ? "worst" : ", worst";
+    if (has_worst(s) && p.r == s.best_phase) note += note.empty() ? "best" : ", best";
     out += fmt::format("<tr class=\"{}\">", cls) + td_num(std::to_string(p.r)) +
            td_num(std::to_string(p.n)) + td_num(std::to_string(p.successes)) +
            td_num(fixed3(p.acc)) + td_num(ci_text(p)) + td(note) + "</tr>\n";
@@ -260,7 +273,9 @@ std::string html_phase_table(const PhaseSeries& series) {
         out += td_num("-") + td_num("-");
         continue;
       }
-      const std::string cls = r == s.worst_phase ? "worst" : is_boundary(s, r) ? "boundary" : "";
+      const std::string cls = has_worst(s) && r == s.worst_phase ? "worst"
+                              : is_boundary(s, r)                ? "boundary"
+                                                                 : "";
       out += td_num(fixed3(p->acc), cls) + td_num(ci_text(*p), cls);
     }
     out += "</tr>\n";
@@ -300,7 +315,11 @@ std::string html_method_note(const PhaseSeries& series) {
   const SummaryOptions& o = series.front().second.options;
   return fmt::format(
       "<p class=\"note\">Accuracy is the fraction of correct answers at each phase r (the target "
-      "key's position mod M); error bars are 95 % Wilson intervals. The verdict calls a model "
+      "key's position mod M); error bars and the phase table's intervals are each phase's own 95 "
+      "% Wilson interval. The summary's intervals are cluster-bootstrap ones: the worst phase's "
+      "is that of the minimum over all phases, so it covers whichever phase is worst (the "
+      "interval the SLA gate judges), and differs from the Wilson interval of the phase that "
+      "scored lowest here. The verdict calls a model "
       "phase-sensitive when the period detection finds a period with permutation p &lt; 0.05; "
       "\u00b1 is the largest distance of a phase's accuracy from the mean. The gap is best minus "
       "worst phase in percentage points, with a 95 % percentile interval from a cluster bootstrap "
@@ -312,6 +331,11 @@ std::string html_method_note(const PhaseSeries& series) {
       "phases. Boundary phases (r mod S = S-1) have the target's key and value in different "
       "compressed entries: the dotted lines are entry boundaries. Seed {}.</p>\n",
       o.bootstrap_reps, o.permutations, o.seed);
+}
+
+std::string html_modulus_warning(const PhaseSeries& series) {
+  const std::string w = modulus_mismatch(series);
+  return w.empty() ? "" : "<p class=\"warning\"><strong>Warning:</strong> " + escape(w) + ".</p>\n";
 }
 
 }  // namespace
@@ -419,6 +443,7 @@ std::string report_html(const PhaseSeries& series, const std::string& title,
       "<title>{0}</title>\n<style>{1}</style>\n</head>\n<body>\n<h1>{0}</h1>\n",
       escape(title), kCss);
   out += html_verdicts(series);
+  out += html_modulus_warning(series);
   out += "<figure class=\"chart\">\n" + phase_svg(series, title) + "</figure>\n";
   out += "<h2>Accuracy by phase</h2>\n";
   out += series.size() == 1 ? html_phase_table(series.front().second) : html_phase_table(series);
