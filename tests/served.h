@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "backend/local_backend.h"
 #include "io/tokenizer.h"
@@ -40,8 +41,8 @@ class Served {
     local_ = std::make_unique<LocalBackend>(LocalBackend::from_dir(model_dir_, 2));
     o.port = 0;
     o.threads = 24;
-    server_ = std::make_unique<CompletionServer>(*local_, load_tokenizer_if_present(model_dir_),
-                                                 task, o);
+    server_ =
+        std::make_unique<CompletionServer>(*local_, load_tokenizer_if_present(model_dir_), task, o);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->serve(); });
     while (!server_->running()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -80,6 +81,25 @@ inline Reply post(int port, const std::string& path, const std::string& body) {
   r.status = res->status;
   r.body = res->body.empty() ? nlohmann::json() : nlohmann::json::parse(res->body, nullptr, false);
   return r;
+}
+
+// The data lines of a server-sent-event body, in order.
+inline std::vector<std::string> events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    out.push_back(body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  return out;
+}
+
+// The raw body of a 200 answer ("" otherwise): a stream's events.
+inline std::string post_raw(int port, const std::string& path, const nlohmann::json& body) {
+  httplib::Client c("127.0.0.1", port);
+  auto res = c.Post(path.c_str(), body.dump(), "application/json");
+  return res && res->status == 200 ? res->body : "";
 }
 
 inline void expect_error(const Reply& r, int status, const std::string& param,

@@ -30,8 +30,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using test::events;
 using test::expect_error;
 using test::post;
+using test::post_raw;
 using test::Reply;
 using test::Served;
 
@@ -48,24 +50,6 @@ class ChatTest : public ::testing::Test {
 Served* ChatTest::served_ = nullptr;
 
 const TaskVocab kVocab = task_vocab(test::small_kv_task());
-
-// The data lines of a server-sent-event body, in order.
-std::vector<std::string> events(const std::string& body) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while ((pos = body.find("data: ", pos)) != std::string::npos) {
-    const size_t end = body.find("\n\n", pos);
-    out.push_back(body.substr(pos + 6, end - pos - 6));
-    pos = end;
-  }
-  return out;
-}
-
-std::string post_raw(int port, const std::string& path, const json& body) {
-  httplib::Client c("127.0.0.1", port);
-  auto res = c.Post(path.c_str(), body.dump(), "application/json");
-  return res && res->status == 200 ? res->body : "";
-}
 
 TEST_F(ChatTest, MessagesRenderIntoTheTaskTokensAndAnswerLikeCompletions) {
   const int port = served_->port();
@@ -290,7 +274,9 @@ TEST_F(ChatTest, HttpBackendScoresThroughChatLikeThroughCompletions) {
     ASSERT_TRUE(got[i].error.empty()) << got[i].error;
     EXPECT_EQ(got[i].argmax, plain[i].argmax) << i;
     EXPECT_NEAR(got[i].argmax_logprob, plain[i].argmax_logprob, 1e-4) << i;
-    if (!got[i].censored) EXPECT_NEAR(got[i].target_logprob, plain[i].target_logprob, 1e-4) << i;
+    if (!got[i].censored) {
+      EXPECT_NEAR(got[i].target_logprob, plain[i].target_logprob, 1e-4) << i;
+    }
   }
   // Generate mode through chat: the greedy tokens of the completions route.
   o.mode = ScoreMode::kGenerate;

@@ -33,9 +33,10 @@ void write_model(const std::string& dir) {
   std::string text;
   for (int r = 0; r < 30; ++r) text += kLines;
   std::ofstream(root / "code.py") << text;
-  const json manifest = {{"files", {{{"path", (root / "code.py").string()},
-                                     {"bytes", text.size()},
-                                     {"sha256", sha256_hex(text)}}}}};
+  const json manifest = {{"files",
+                          {{{"path", (root / "code.py").string()},
+                            {"bytes", text.size()},
+                            {"sha256", sha256_hex(text)}}}}};
   std::ofstream(root / "corpus.json") << manifest.dump();
   AttentionConfig a;
   a.kind = AttentionKind::kChunked;
@@ -73,9 +74,10 @@ TEST_F(ServeSentencePiece, TextTokenizesAsLibsentencepieceAndRoundTrips) {
     // `phasekv tokenizer encode` prints libsentencepiece's ids, comma-separated, on its first line.
     const auto tmp = std::filesystem::temp_directory_path() / "phasekv_spm_encode.txt";
     const std::string tok_dir = served_->model_dir();
-    std::string printed = run_capture(std::string(PHASEKV_BINARY) + " tokenizer encode --tokenizer " +
-                                          tok_dir + " --text '" + text + "'",
-                                      tmp);
+    std::string printed =
+        run_capture(std::string(PHASEKV_BINARY) + " tokenizer encode --tokenizer " + tok_dir +
+                        " --text '" + text + "'",
+                    tmp);
     printed = printed.substr(0, printed.find('\n'));
     std::vector<int32_t> want;
     for (size_t at = 0; at < printed.size();) {
@@ -121,6 +123,60 @@ TEST_F(ServeSentencePiece, CompletionTextAndLogprobsShowThePieces) {
   if (joined.find("\xEF\xBF\xBD") == std::string::npos) {
     EXPECT_EQ(choice["text"], joined);
   }
+}
+
+// A stream's text is the whole answer's, byte for byte: each chunk is what its token adds to
+// the text decoded so far (pieces carry their own spaces, byte pieces form one character
+// together), not the token decoded alone after a space (issue 46). Greedy and sampled, with
+// and without echo, completions and chat.
+TEST_F(ServeSentencePiece, StreamedTextEqualsTheWholeText) {
+  const int port = served_->port();
+  auto chunks_of = [&](const char* route, json body) {
+    body["stream"] = true;
+    std::vector<json> out;
+    for (const auto& e : test::events(test::post_raw(port, route, body)))
+      if (e != "[DONE]") out.push_back(json::parse(e));
+    return out;
+  };
+  int compared = 0;
+  for (const json& sampling : {json{{"temperature", 0}}, json{{"temperature", 1.0}, {"seed", 3}}}) {
+    for (const bool echo : {false, true}) {
+      json body = {{"model", served_->name()},
+                   {"prompt", "    def put(self, i"},
+                   {"max_tokens", 24},
+                   {"echo", echo},
+                   {"return_token_ids", true}};
+      body.update(sampling);
+      const auto whole = post(port, "/v1/completions", body.dump());
+      ASSERT_EQ(whole.status, 200) << whole.body.dump();
+      const json& want = whole.body["choices"][0];
+      std::string text;
+      std::vector<int32_t> ids;
+      for (const json& chunk : chunks_of("/v1/completions", body)) {
+        text += chunk["choices"][0]["text"].get<std::string>();
+        for (const auto& id : chunk["choices"][0].value("token_ids", json::array()))
+          ids.push_back(id.get<int32_t>());
+      }
+      EXPECT_EQ(ids, want["token_ids"].get<std::vector<int32_t>>()) << sampling.dump();
+      EXPECT_EQ(text, want["text"].get<std::string>()) << sampling.dump() << " echo " << echo;
+      ++compared;
+    }
+    json chat = {{"model", served_->name()},
+                 {"messages", {{{"role", "user"}, {"content", "class Buffer:\n    def"}}}},
+                 {"max_tokens", 24}};
+    chat.update(sampling);
+    const auto whole = post(port, "/v1/chat/completions", chat.dump());
+    ASSERT_EQ(whole.status, 200) << whole.body.dump();
+    std::string content;
+    for (const json& chunk : chunks_of("/v1/chat/completions", chat))
+      content += chunk["choices"][0]["delta"]["content"].get<std::string>();
+    const std::string want = whole.body["choices"][0]["message"]["content"];
+    EXPECT_EQ(content, want) << sampling.dump();
+    // Not vacuous: the answer has several pieces, so joining them with spaces would differ.
+    EXPECT_GT(whole.body["usage"]["completion_tokens"].get<int>(), 1);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 6);
 }
 
 // A chat renders as the start piece, then the messages' contents joined by a space (none before

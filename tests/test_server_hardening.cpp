@@ -3,7 +3,8 @@
 // being read, stalled and slow clients hold no request thread and are cut at --read-timeout,
 // a full queue answers 503 with Retry-After, /health answers throughout, 64 keep-alive clients
 // are all served; wrong methods get 405 with Allow; one request's log-probability entries are
-// capped; unknown fields are reported and `stop` is refused.
+// capped; unknown fields are reported and `stop` is refused; --log-requests logs the requests
+// refused before they reached a handler.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -13,6 +14,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -472,6 +475,76 @@ TEST(ServerRoutes, StopIsRefusedUnlessEmpty) {
     EXPECT_EQ(r.status, 200) << r.body.dump();
     EXPECT_FALSE(r.body.contains("warnings"));
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// --log-requests (issue 46): one line per answer, also for those given before a request thread
+// ran (503 over --max-connections, 413 by Content-Length, a malformed head) and for a body that
+// is not JSON.
+
+// A log the poller and the request threads write while the test reads it.
+class LockedLog : public std::streambuf {
+ public:
+  std::string text() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return text_;
+  }
+
+ protected:
+  int overflow(int c) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (c != EOF) text_.push_back(static_cast<char>(c));
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    text_.append(s, static_cast<size_t>(n));
+    return n;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::string text_;
+};
+
+TEST(ServerLog, RejectedRequestsAreLogged) {
+  LockedLog buf;
+  std::ostream log(&buf);
+  ServerOptions o = small_options();
+  o.max_connections = 3;
+  o.log = &log;
+  Served s(o);
+  EXPECT_EQ(post(s.port(), "/tokenize", "{\"prompt\": ").status, 400);
+  {
+    Raw r(s.port());
+    ASSERT_TRUE(r.send(head("POST", "/v1/completions", "Content-Length: 99999999\r\n")));
+    EXPECT_EQ(status_of(r.response()), 413);
+  }
+  {
+    Raw r(s.port());
+    ASSERT_TRUE(r.send("NONSENSE\r\n\r\n"));
+    EXPECT_EQ(status_of(r.response()), 400);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the closed ones are gone
+  {
+    std::vector<std::unique_ptr<Raw>> idle;
+    for (int i = 0; i < 3; ++i) idle.push_back(std::make_unique<Raw>(s.port()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    Raw fourth(s.port(), 2);
+    ASSERT_TRUE(fourth.send(head("GET", "/health", "")));
+    EXPECT_EQ(status_of(fourth.response()), 503);
+  }
+  const std::vector<std::string> want = {
+      "POST /tokenize 400\n",
+      "POST /v1/completions 413 rejected: the request body of 99999999 bytes (Content-Length) "
+      "exceeds the server's limit of 65536 bytes (--max-body-bytes)\n",
+      "- 400 rejected: malformed request line (expected: METHOD /path HTTP/1.1)\n",
+      "- 503 rejected: the server has 3 open connections (--max-connections); retry later\n"};
+  // httplib logs an answer after sending it: give the last line a moment.
+  for (int i = 0; i < 100 && buf.text().find(want[0]) == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const std::string text = buf.text();
+  for (const std::string& line : want) EXPECT_NE(text.find(line), std::string::npos) << text;
 }
 
 }  // namespace

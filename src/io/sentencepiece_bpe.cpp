@@ -5,6 +5,7 @@
 #include <queue>
 
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace phasekv {
 namespace {
@@ -13,34 +14,6 @@ using nlohmann::json;
 
 const std::string kSpace = "\xE2\x96\x81";        // U+2581, sentencepiece's space symbol
 const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
-
-// Length of the valid UTF-8 character at s[i..], or 0 when the bytes there are not one (a stray
-// continuation byte, a truncated sequence, an overlong form, a surrogate or a code point above
-// U+10FFFF): sentencepiece's rule for what its normaliser and decoder replace by U+FFFD.
-size_t utf8_char_len(const std::string& s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const auto trail = [&](size_t k) { return (b(k) & 0xC0) == 0x80; };
-  const size_t left = s.size() - i;
-  const unsigned char c = b(0);
-  if (c < 0x80) return 1;
-  uint32_t cp = 0;
-  size_t n = 0;
-  if ((c & 0xE0) == 0xC0 && left >= 2 && trail(1)) {
-    cp = ((c & 0x1Fu) << 6) | (b(1) & 0x3Fu), n = 2;
-    if (cp < 0x80) return 0;
-  } else if ((c & 0xF0) == 0xE0 && left >= 3 && trail(1) && trail(2)) {
-    cp = ((c & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu), n = 3;
-    if (cp < 0x800) return 0;
-  } else if ((c & 0xF8) == 0xF0 && left >= 4 && trail(1) && trail(2) && trail(3)) {
-    cp = ((c & 0x07u) << 18) | ((b(1) & 0x3Fu) << 12) | ((b(2) & 0x3Fu) << 6) | (b(3) & 0x3Fu);
-    n = 4;
-    if (cp < 0x10000) return 0;
-  } else {
-    return 0;
-  }
-  const bool valid = cp < 0xD800 || (cp >= 0xE000 && cp <= 0x10FFFF);
-  return valid ? n : 0;
-}
 
 SentencePieceBpe::Type parse_type(const json& t, const std::string& where, size_t id) {
   static const std::pair<const char*, SentencePieceBpe::Type> kTypes[] = {

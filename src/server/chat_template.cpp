@@ -21,10 +21,15 @@ const char* const kChatTemplate =
 namespace {
 
 // The text of one message: a string, or a list of {"type": "text", "text": ...} parts (what
-// OpenAI clients send for multi-part content); null (an assistant turn without text) is empty.
-std::string content_text(const json& m, const std::string& where) {
+// OpenAI clients send for multi-part content). Null or missing is empty for an assistant turn
+// (one that called tools has no text), an error for the others, which exist for their text.
+std::string content_text(const json& m, const std::string& role, const std::string& where) {
   const auto it = m.find("content");
-  if (it == m.end() || it->is_null()) return "";
+  if (it == m.end() || it->is_null()) {
+    if (role == "assistant") return "";
+    bad("messages", where + ".content is " + (it == m.end() ? "missing" : "null") + ": a " + role +
+                        " message needs its text (a string or a list of text parts)");
+  }
   if (it->is_string()) return it->get<std::string>();
   if (!it->is_array())
     bad("messages",
@@ -70,7 +75,7 @@ std::vector<int32_t> render_chat(const json& body, const ModelLimits& limits, bo
     // prefix) encodes " def" and "def" differently, and a one-message chat must render as
     // <s> + the content's own tokens, as a text prompt of that content does.
     if (i > 0) text += " ";
-    text += content_text(m, where);
+    text += content_text(m, role.get<std::string>(), where);
   }
   // One tokenizer for the whole text, so an unknown word is reported as the prompt's; the
   // message names the word. The template's <bos> is the tokenizer's start id (a word

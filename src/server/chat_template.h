@@ -25,7 +25,8 @@ extern const char* const kChatTemplate;
 
 // Parses body["messages"] and renders them. Throws ApiError 400 (param "messages", the message
 // naming messages[i].role or .content) on a missing or empty list, an unknown role, content
-// that is not text, or a word outside the vocabulary; also without a tokenizer. add_special
+// that is not text (null or missing only for an assistant), or a word outside the vocabulary;
+// also without a tokenizer. add_special
 // prepends a second <bos>, as a tokenizer's special tokens would on top of the template's.
 std::vector<int32_t> render_chat(const nlohmann::json& body, const ModelLimits& limits,
                                  bool add_special);

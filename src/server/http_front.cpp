@@ -266,7 +266,8 @@ class FrontServer::Impl {
 
   // Answers from the poller (the connection never reached a worker), then drains and closes.
   void answer_and_drain(Conn& c, int status, const std::string& message,
-                        const std::string& extra = "") {
+                        const std::string& request = "-", const std::string& extra = "") {
+    if (o_.on_reject) o_.on_reject(request, status, message);
     const std::string r = error_response(status, message, extra);
     // A few hundred bytes: the socket's send buffer takes them at once.
     [[maybe_unused]] auto n = ::send(c.fd, r.data(), r.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -300,7 +301,8 @@ class FrontServer::Impl {
       return;
     }
     const HeadCheck h = check_request_head(data.substr(0, end + 4), o_.max_body_bytes);
-    if (h.status != 0) return answer_and_drain(c, h.status, h.message);
+    const std::string request = h.method.empty() ? "-" : h.method + " " + h.path;
+    if (h.status != 0) return answer_and_drain(c, h.status, h.message, request);
     c.light =
         (h.method == "GET" || h.method == "HEAD") &&
         std::find(o_.light_paths.begin(), o_.light_paths.end(), h.path) != o_.light_paths.end();
@@ -318,7 +320,7 @@ class FrontServer::Impl {
                      stopping_ ? "the server is stopping"
                                : "the server is busy: " + std::to_string(o_.max_queue) +
                                      " requests are waiting (--max-queue); retry later",
-                     "Retry-After: 1\r\n");
+                     request, "Retry-After: 1\r\n");
   }
 
   void on_readable(Conn& c) {
@@ -394,7 +396,7 @@ class FrontServer::Impl {
                          stopping_ ? "the server is stopping"
                                    : "the server has " + std::to_string(o_.max_connections) +
                                          " open connections (--max-connections); retry later",
-                         "Retry-After: 1\r\n");
+                         "-", "Retry-After: 1\r\n");
       }
       conns_.push_back(std::move(c));
     }

@@ -41,6 +41,10 @@ struct ConnectionOptions {
   std::vector<std::string> light_paths;
   // The JSON body of an error answer (status, message); the server's error_body.
   std::function<std::string(int, const std::string&)> error_json;
+  // Called (on the poller thread) for each answer given here, without a worker: 503 (queue or
+  // connection table full), 408 (head too slow), 413 (Content-Length over the limit), 400, 411,
+  // 431, 501 (a malformed head). `request`: "METHOD /path", or "-" before a head was read.
+  std::function<void(const std::string& request, int status, const std::string& message)> on_reject;
 };
 
 // A complete request head (through the blank line), checked before its body is read.

@@ -40,10 +40,28 @@ std::string text_of(const std::vector<int32_t>& ids, const ModelLimits& limits) 
   return limits.tokenizer->decode(ids);
 }
 
+std::string completion_text(const std::vector<int32_t>& generated, const ModelLimits& limits) {
+  const std::string text = text_of(generated, limits);
+  return text.empty() ? text : limits.tokenizer->separator() + text;
+}
+
+std::string TextDeltas::next(const std::vector<int32_t>& generated, bool last) {
+  const std::string text = whole_(generated, limits_);
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  const bool incomplete =
+      text.size() >= kReplacement.size() &&
+      text.compare(text.size() - kReplacement.size(), kReplacement.size(), kReplacement) == 0;
+  if ((incomplete && !last) || text.size() <= sent_) return "";
+  std::string delta = text.substr(sent_);
+  sent_ = text.size();
+  return delta;
+}
+
 void LogprobsBuilder::add(int32_t id, const TokenLogprobs* lp) {
   const std::string text = token_text(id, as_ids_, limits_);
   // Token texts join with the tokenizer's separator (one space between words).
-  const size_t gap = limits_.tokenizer && !as_ids_ ? std::strlen(limits_.tokenizer->separator()) : 1;
+  const size_t gap =
+      limits_.tokenizer && !as_ids_ ? std::strlen(limits_.tokenizer->separator()) : 1;
   const size_t start = tokens_.empty() ? 0 : offset_ + gap;
   offsets_.push_back(start);
   offset_ = start + text.size();
@@ -71,9 +89,7 @@ json LogprobsBuilder::build(size_t from) const {
 
 json completion_choice(size_t index, const std::vector<int32_t>& prompt, const EngineResult& r,
                        const CompletionRequest& req, const ModelLimits& limits) {
-  std::string text = text_of(r.generated, limits);
-  if (!text.empty() && limits.tokenizer)  // continues the prompt's text
-    text = limits.tokenizer->separator() + text;
+  std::string text = completion_text(r.generated, limits);
   if (req.echo) text = text_of(prompt, limits) + text;
   json logprobs = nullptr;
   if (req.logprobs) {
@@ -117,11 +133,6 @@ json chat_logprob(int32_t id, const TokenLogprobs& lp, int top_n, bool as_ids,
           {"logprob", lp.logprob.value_or(0.0)},
           {"bytes", utf8_bytes(token)},
           {"top_logprobs", top}};
-}
-
-std::string chat_piece(int32_t id, size_t step, const ModelLimits& limits) {
-  const std::string word = text_of({id}, limits);
-  return step == 0 ? word : " " + word;
 }
 
 json chat_choice(const EngineResult& r, const ChatRequest& req, const ModelLimits& limits) {

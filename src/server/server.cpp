@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -27,9 +29,15 @@ namespace {
 
 using json = nlohmann::json;
 
+// Bytes that are not UTF-8 (a message quoting a client's bytes) become U+FFFD instead of a
+// type_error that would turn a client's mistake into a 500.
+std::string dump(const json& body) {
+  return body.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 void send_json(httplib::Response& res, int status, const json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(dump(body), "application/json");
 }
 
 void send_error(httplib::Response& res, const ApiError& e) {
@@ -75,9 +83,8 @@ ConnectionOptions connection_options(const ServerOptions& o) {
   c.max_body_bytes = o.max_body_bytes;
   c.light_paths = {"/health", "/version", "/v1/models"};
   c.error_json = [](int status, const std::string& message) {
-    return error_body(status, status == 503 ? "service_unavailable" : "invalid_request_error",
-                      message)
-        .dump();
+    return dump(error_body(status, status == 503 ? "service_unavailable" : "invalid_request_error",
+                           message));
   };
   return c;
 }
@@ -94,6 +101,45 @@ const std::map<std::string, std::string>& route_methods() {
       {"/v1/completions", "POST"}, {"/v1/chat/completions", "POST"}, {"/tokenize", "POST"},
       {"/detokenize", "POST"}};
   return m;
+}
+
+// Why binding host:port failed. httplib reports only false (a host that does not resolve
+// leaves errno at 0), so the address is resolved and bound again here to get the reason.
+std::string bind_failure_reason(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
+    return "--host '" + host + "' is not an address or a host name this machine can resolve (" +
+           ::gai_strerror(rc) + ")";
+  int err = 0;
+  for (addrinfo* a = found; a && err == 0; a = a->ai_next) {
+    const int sock = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (sock < 0) {
+      err = errno;
+      break;
+    }
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (::bind(sock, a->ai_addr, a->ai_addrlen) != 0) err = errno;
+    ::close(sock);
+  }
+  ::freeaddrinfo(found);
+  switch (err) {
+    case EADDRINUSE:
+      return "address in use (another server listens on this port; --port 0 picks a free one)";
+    case EADDRNOTAVAIL:
+      return "--host '" + host + "' is not an address of this machine (" + std::strerror(err) + ")";
+    case EACCES:
+      return "permission denied (ports below 1024 need privileges; choose another --port)";
+    case 0:
+      return "the address was free when checked again; another process may have taken it";
+    default:
+      return std::strerror(err);
+  }
 }
 
 }  // namespace
@@ -135,7 +181,13 @@ CompletionServer::CompletionServer(LocalBackend& backend, std::optional<Tokenize
   limits_.max_prompts = options_.max_prompts;
   limits_.max_logprob_entries = options_.max_logprob_entries;
   limits_.tokenizer = tokenizer_ ? &*tokenizer_ : nullptr;
-  http_ = std::make_unique<ListenServer>(connection_options(options_));
+  ConnectionOptions connections = connection_options(options_);
+  if (options_.log)
+    connections.on_reject = [this](const std::string& request, int status,
+                                   const std::string& message) {
+      log_line(request + " " + std::to_string(status) + " rejected: " + message);
+    };
+  http_ = std::make_unique<ListenServer>(std::move(connections));
   http_->set_tcp_nodelay(true);  // small JSON answers must not wait for the client's delayed ACK
   // A client that disconnects mid-stream must not kill the server: httplib writes without
   // MSG_NOSIGNAL, so the write would raise SIGPIPE; ignored, it fails with EPIPE instead.
@@ -168,7 +220,7 @@ void CompletionServer::routes() {
           warning = "ignored unknown field" + std::string(unknown.size() > 1 ? "s" : "") + " " +
                     json(unknown).dump() + " (" + path + " does not use them)";
           res.set_header("X-Phasekv-Warning", warning);
-          if (options_.log) *options_.log << path << ": " << warning << "\n" << std::flush;
+          log_line(path + std::string(": ") + warning);
         }
         (this->*handle)(body, res);
         if (!warning.empty() && res.status == 200 &&
@@ -231,8 +283,14 @@ void CompletionServer::routes() {
       });
   if (options_.log)
     http_->set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      *options_.log << req.method << " " << req.path << " " << res.status << "\n" << std::flush;
+      log_line(req.method + " " + req.path + " " + std::to_string(res.status));
     });
+}
+
+void CompletionServer::log_line(const std::string& line) const {
+  if (!options_.log) return;
+  std::lock_guard<std::mutex> lock(log_mutex_);
+  *options_.log << line << "\n" << std::flush;
 }
 
 void CompletionServer::handle_models(httplib::Response& res) const {
@@ -365,17 +423,12 @@ int CompletionServer::bind() {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  errno = 0;
   const int port = options_.port == 0
                        ? http_->bind_to_any_port(options_.host)
                        : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
-  if (port < 0) {
-    const int err = errno;
-    throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) +
-                (err == EADDRINUSE ? ": address in use (another server listens on this port)"
-                                   : " (address in use, or not an address of this machine: " +
-                                         std::string(std::strerror(err)) + ")"));
-  }
+  if (port < 0)
+    throw Error("cannot listen on " + options_.host + ":" + std::to_string(options_.port) + ": " +
+                bind_failure_reason(options_.host, options_.port));
   static_cast<ListenServer&>(*http_).raise_backlog(1024);
   return port;
 }

@@ -12,15 +12,17 @@
 //                         return_tokens_as_token_ids, return_token_ids; cache_salt accepted
 //   POST /v1/chat/completions  messages rendered by the chat template (chat_template.h), the
 //                         same sampling; logprobs true + top_logprobs N in OpenAI's chat shape
-//   Both generation routes stream server-sent events with stream: true (server_stream.cpp).
+//   Both generation routes stream server-sent events with stream: true (server_stream.cpp);
+//   the streamed text, concatenated, is the whole answer's (response_shapes.h TextDeltas).
 //   POST /tokenize        {prompt, add_special_tokens} or {messages} -> {tokens, count,
 //                         max_model_len}
 //   POST /detokenize      {tokens} -> {prompt}
 //
 // Every failure is JSON {"error": {"message", "type", "code", "param"}} with a 4xx status for
 // the client's mistakes (wrong types, ids outside the vocabulary, prompts over the context
-// size, max_tokens over the limit, more log-probability entries than --max-logprob-entries,
-// bodies over the size limit, chunked or not: 413) and 500 for the server's. A known path with
+// size or empty, max_tokens over the limit, more log-probability entries than
+// --max-logprob-entries, bytes that are not UTF-8 in a string or key (named), bodies over the
+// size limit, chunked or not: 413) and 500 for the server's. A known path with
 // another method is 405 with Allow. Unknown body fields are ignored and named (a `warnings`
 // list and an X-Phasekv-Warning header); `stop` and `stop_token_ids` are refused unless empty.
 // Connections are held by server/http_front.h (slow clients: 408 after --read-timeout; a full
@@ -65,11 +67,13 @@ struct ServerOptions {
   // Log-probability entries one request may ask for: over its prompts, (prompt tokens with
   // echo + max_tokens) x (logprobs + 1). Bounds the memory of one answer.
   int64_t max_logprob_entries = int64_t{1} << 20;
-  double read_timeout_s = 10;   // a request's head and body must arrive within this (408)
-  int max_queue = 64;           // requests waiting for a thread; more get 503 + Retry-After
-  int max_connections = 512;    // open connections; more get 503 + Retry-After
-  std::string served_name;      // "" = the backend's model_id()
-  std::ostream* log = nullptr;  // one line per request; nullptr: silent
+  double read_timeout_s = 10;  // a request's head and body must arrive within this (408)
+  int max_queue = 64;          // requests waiting for a thread; more get 503 + Retry-After
+  int max_connections = 512;   // open connections; more get 503 + Retry-After
+  std::string served_name;     // "" = the backend's model_id()
+  // One line per request, those refused before a handler ran (503, 408, 413, a malformed head)
+  // included; nullptr: silent.
+  std::ostream* log = nullptr;
 };
 
 class ModelEngine;
@@ -117,6 +121,8 @@ class CompletionServer {
   void stream_chat(std::shared_ptr<const ChatRequest> r, httplib::Response& res);
   void handle_tokenize(const nlohmann::json& body, httplib::Response& res) const;
   void handle_detokenize(const nlohmann::json& body, httplib::Response& res) const;
+  // One line on options_.log, whole (the poller and the request threads all log).
+  void log_line(const std::string& line) const;
 
   LocalBackend& backend_;
   std::optional<Tokenizer> tokenizer_;
@@ -127,6 +133,7 @@ class CompletionServer {
   std::unique_ptr<ModelEngine> engine_;
   std::unique_ptr<ListenServer> http_;
   std::atomic<bool> stop_requested_{false};
+  mutable std::mutex log_mutex_;
 };
 
 }  // namespace phasekv

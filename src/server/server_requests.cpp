@@ -1,11 +1,16 @@
 #include "server/server_requests.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <optional>
 
 #include "server/chat_template.h"
 #include "server/request_fields.h"
 #include "util/error.h"
+#include "util/utf8.h"
 
 namespace phasekv {
 namespace {
@@ -36,6 +41,25 @@ std::vector<int32_t> id_prompt(const json& arr, const ModelLimits& limits, const
   return ids;
 }
 
+// The start token in front of a text's ids, as vLLM adds it, unless the text starts with it
+// already ("<bos> k1 v2" keeps its one <bos>).
+void prepend_bos(std::vector<int32_t>& ids, const Tokenizer& tokenizer) {
+  const auto bos = tokenizer.bos_id();
+  if (bos && (ids.empty() || ids.front() != *bos)) ids.insert(ids.begin(), *bos);
+}
+
+// A text prompt: its own tokens must not be empty (the <bos> added in front does not count).
+std::vector<int32_t> text_prompt(const json& text, bool add_special, const ModelLimits& limits,
+                                 const std::string& where) {
+  const auto& s = text.get_ref<const std::string&>();
+  auto ids = encode_text(s, false, limits, "prompt");
+  if (ids.empty())
+    bad("prompt", where + " is " + (s.empty() ? "an empty string" : "only whitespace") +
+                      ": a prompt needs at least one token");
+  if (add_special) prepend_bos(ids, *limits.tokenizer);
+  return ids;
+}
+
 // prompt: "text" | [ids] | ["text", ...] | [[ids], ...]
 std::vector<std::vector<int32_t>> parse_prompts(const json& body, const ModelLimits& limits,
                                                 bool add_special) {
@@ -44,7 +68,7 @@ std::vector<std::vector<int32_t>> parse_prompts(const json& body, const ModelLim
     bad("prompt", "'prompt' is required (a string, a list of token ids, or a list of either)");
   std::vector<std::vector<int32_t>> out;
   if (p->is_string()) {
-    out.push_back(encode_text(p->get<std::string>(), add_special, limits, "prompt"));
+    out.push_back(text_prompt(*p, add_special, limits, "'prompt'"));
   } else if (p->is_array() && !p->empty() && p->front().is_number()) {
     out.push_back(id_prompt(*p, limits, "prompt"));
   } else if (p->is_array() && !p->empty()) {
@@ -55,7 +79,7 @@ std::vector<std::vector<int32_t>> parse_prompts(const json& body, const ModelLim
       const json& q = (*p)[i];
       const std::string where = "prompt[" + std::to_string(i) + "]";
       if (q.is_string())
-        out.push_back(encode_text(q.get<std::string>(), add_special, limits, "prompt"));
+        out.push_back(text_prompt(q, add_special, limits, where));
       else if (q.is_array())
         out.push_back(id_prompt(q, limits, where));
       else
@@ -111,6 +135,72 @@ void check_model(const json& body, const ModelLimits& limits) {
         "The model '" + m->get<std::string>() + "' does not exist (served: '" + limits.name + "')");
 }
 
+// Where `mark` sits in `v`: the path of a string that holds it ("messages[0].content",
+// "stop[1]") or of a key (`key` true; the mark shown as U+FFFD). Objects iterate in key order.
+// No deeper than kMaxMarkDepth: an 8 MB body of '[' would otherwise overflow the stack.
+struct MarkAt {
+  std::string path, param;  // param: the top-level field
+  bool key = false;
+};
+constexpr int kMaxMarkDepth = 64;
+std::optional<MarkAt> find_mark(const json& v, const std::string& mark, const std::string& path,
+                                const std::string& param, int depth = 0) {
+  if (depth > kMaxMarkDepth) return std::nullopt;
+  if (v.is_string()) {
+    if (v.get_ref<const std::string&>().find(mark) == std::string::npos) return std::nullopt;
+    return MarkAt{path, param, false};
+  }
+  if (v.is_array()) {
+    for (size_t i = 0; i < v.size(); ++i)
+      if (auto at = find_mark(v[i], mark, path + "[" + std::to_string(i) + "]", param, depth + 1))
+        return at;
+  } else if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      std::string key = it.key();
+      const bool bad_key = key.find(mark) != std::string::npos;
+      for (size_t p; (p = key.find(mark)) != std::string::npos;)
+        key.replace(p, mark.size(), "\xEF\xBF\xBD");
+      const std::string at_path = path.empty() ? key : path + "." + key;
+      const std::string at_param = path.empty() ? key : param;
+      if (bad_key) return MarkAt{at_path, at_param, true};
+      if (auto at = find_mark(it.value(), mark, at_path, at_param, depth + 1)) return at;
+    }
+  }
+  return std::nullopt;
+}
+
+// A body with bytes that are not UTF-8 at `at`. Each such byte is replaced by a noncharacter the
+// body does not contain (U+FDD0..U+FDEF, neither as bytes nor as a \u escape) and the result
+// parsed, so that the error can name the string or key that held the byte.
+[[noreturn]] void refuse_invalid_utf8(const std::string& body, size_t at) {
+  const std::string where = "byte 0x" +
+                            fmt::format("{:02X}", static_cast<unsigned char>(body[at])) +
+                            " at offset " + std::to_string(at) + " of the body";
+  std::string lowered = body;
+  for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (unsigned cp = 0xFDD0; cp <= 0xFDEF; ++cp) {
+    const std::string mark = {'\xEF', static_cast<char>(0x80 | ((cp >> 6) & 0x3F)),
+                              static_cast<char>(0x80 | (cp & 0x3F))};
+    if (body.find(mark) != std::string::npos ||
+        lowered.find(fmt::format("{:x}", cp)) != std::string::npos)
+      continue;
+    std::string marked;
+    for (size_t i = 0; i < body.size();) {
+      const size_t n = utf8_char_len(body, i);
+      marked += n == 0 ? mark : body.substr(i, n);
+      i += n == 0 ? 1 : n;
+    }
+    const json j = json::parse(marked, nullptr, false);
+    if (j.is_discarded()) break;
+    const auto found = find_mark(j, mark, "", "");
+    if (!found) break;
+    // The top-level field is the param, as in every other error; the message names the place.
+    bad(found->param, (found->key ? "the key " : "") + found->path + " is not valid UTF-8 (" +
+                          where + "); the strings and keys of a request must be UTF-8");
+  }
+  bad("", "the request body is not valid UTF-8 (" + where + ")");
+}
+
 }  // namespace
 
 json error_body(int status, const std::string& type, const std::string& message,
@@ -123,6 +213,10 @@ json error_body(int status, const std::string& type, const std::string& message,
 }
 
 json parse_body(const std::string& body) {
+  // nlohmann's parser refuses invalid UTF-8 with a message that quotes the bad bytes (which
+  // then cannot be sent as JSON): find the field first and name it.
+  if (const size_t at = first_invalid_utf8(body); at != std::string::npos)
+    refuse_invalid_utf8(body, at);
   json j;
   try {
     j = json::parse(body);
@@ -143,8 +237,7 @@ std::vector<int32_t> encode_text(const std::string& text, bool add_special,
   } catch (const Error& e) {
     bad(param, e.what());
   }
-  const auto bos = limits.tokenizer->bos_id();
-  if (add_special && bos) ids.insert(ids.begin(), *bos);
+  if (add_special) prepend_bos(ids, *limits.tokenizer);
   return ids;
 }
 

@@ -94,7 +94,8 @@ std::vector<int32_t> parse_detokenize(const nlohmann::json& body, const ModelLim
 std::vector<std::string> unknown_fields(const nlohmann::json& body, const std::string& route);
 
 // Text -> ids with the model's tokenizer (400 naming an unknown word; 400 when the model has no
-// tokenizer). add_special prepends <bos> when the vocabulary has it, as vLLM does for text.
+// tokenizer). add_special prepends <bos> when the vocabulary has it, as vLLM does for text,
+// unless the text's first token is <bos> already.
 std::vector<int32_t> encode_text(const std::string& text, bool add_special,
                                  const ModelLimits& limits, const std::string& param);
 // "token_id:N" when as_ids or without a tokenizer, else the word.

@@ -2,7 +2,8 @@
 // OpenAI's) shape: one `data: {json}` event per generated token, the last token's chunk with
 // finish_reason, with stream_options.include_usage one more chunk with no choices and the
 // usage, then `data: [DONE]`. The chunks are built by response_shapes.h from the same engine
-// result as a whole answer, so concatenated they equal it.
+// result as a whole answer, so concatenated they equal it; a chunk's text is what the tokens so
+// far add to the whole text (TextDeltas), "" while a character is incomplete.
 //
 // The model runs inside httplib's content provider, on the connection's thread, one token at a
 // time; a failed write (the client has gone) stops the generation at once instead of spending
@@ -22,6 +23,12 @@ namespace {
 
 using json = nlohmann::json;
 
+// A chunk as JSON; bytes that are not UTF-8 (none should reach here: the decoders write U+FFFD)
+// become U+FFFD rather than ending the stream with an exception.
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 // The events of one response: every chunk shares id, object, created and model.
 class EventStream {
  public:
@@ -38,7 +45,7 @@ class EventStream {
     json chunk = envelope_;
     chunk["choices"] = json::array({std::move(c)});
     if (include_usage_) chunk["usage"] = nullptr;  // as OpenAI: only the last chunk has usage
-    return send(chunk.dump());
+    return send(dump(chunk));
   }
   // The usage chunk when asked for, then [DONE].
   bool finish(int64_t prompt_tokens, int64_t completion_tokens) {
@@ -46,12 +53,12 @@ class EventStream {
       json chunk = envelope_;
       chunk["choices"] = json::array();
       chunk["usage"] = usage_json(prompt_tokens, completion_tokens);
-      if (!send(chunk.dump())) return false;
+      if (!send(dump(chunk))) return false;
     }
     return send("[DONE]");
   }
   bool error(const std::string& message) {
-    return send(error_body(500, "internal_server_error", message).dump()) && send("[DONE]");
+    return send(dump(error_body(500, "internal_server_error", message))) && send("[DONE]");
   }
   bool alive() const { return alive_; }
 
@@ -78,8 +85,7 @@ void CompletionServer::stream(httplib::Response& res,
       "text/event-stream", [this, produce = std::move(produce)](size_t, httplib::DataSink& sink) {
         const bool complete = produce(sink);
         if (complete) sink.done();
-        if (!complete && options_.log)
-          *options_.log << "stream: the client went away; generation stopped\n" << std::flush;
+        if (!complete) log_line("stream: the client went away; generation stopped");
         return complete;
       });
 }
@@ -93,6 +99,7 @@ void CompletionServer::stream_completions(std::shared_ptr<const CompletionReques
       const auto& prompt = r->prompts[i];
       const bool logprobs = r->logprobs.has_value();
       LogprobsBuilder lp(limits_, r->tokens_as_ids);
+      TextDeltas deltas(completion_text, limits_);
       auto base = [&](std::string text, bool last) {
         return json{{"index", i},
                     {"text", std::move(text)},
@@ -117,7 +124,8 @@ void CompletionServer::stream_completions(std::shared_ptr<const CompletionReques
           const size_t t = so_far.generated.size() - 1;
           if (t == 0 && r->echo && !send_prompt(so_far)) return false;
           const int32_t id = so_far.generated[t];
-          json c = base(" " + text_of({id}, limits_), static_cast<int>(t) + 1 == r->max_tokens);
+          const bool last = static_cast<int>(t) + 1 == r->max_tokens;
+          json c = base(deltas.next(so_far.generated, last), last);
           if (logprobs) {
             const size_t from = lp.size();
             lp.add(id, &so_far.completion.at(t));
@@ -149,14 +157,15 @@ void CompletionServer::stream_chat(std::shared_ptr<const ChatRequest> r, httplib
       return false;
     try {
       const EngineParams p = engine_params(*r, r->logprobs ? r->top_logprobs : -1, false, 0);
+      TextDeltas deltas(text_of, limits_);
       const EngineResult out = engine_->run(r->prompt, p, [&](const EngineResult& so_far) {
         const size_t t = so_far.generated.size() - 1;
         const int32_t id = so_far.generated[t];
+        const bool last = static_cast<int>(t) + 1 == r->max_tokens;
         json c = {{"index", 0},
-                  {"delta", {{"content", chat_piece(id, t, limits_)}}},
+                  {"delta", {{"content", deltas.next(so_far.generated, last)}}},
                   {"logprobs", nullptr},
-                  {"finish_reason",
-                   static_cast<int>(t) + 1 == r->max_tokens ? json("length") : json(nullptr)}};
+                  {"finish_reason", last ? json("length") : json(nullptr)}};
         if (r->logprobs)
           c["logprobs"] = {
               {"content", json::array({chat_logprob(id, so_far.completion.at(t), r->top_logprobs,

@@ -1,6 +1,7 @@
 // The official OpenAI client for Node (npm `openai`, v4) against `phasekv serve` serving the
-// bundled models/kv-chunked: every call checks values (tokens, logprobs, usage), and every
-// streamed answer must equal the whole answer it streams. Run by run.sh (ctest OpenAIClient).
+// bundled models/kv-chunked (word-level) and models/code-chunked (sentencepiece): every call
+// checks values (tokens, logprobs, usage), and every streamed answer must equal the whole answer
+// it streams, byte for byte. Run by run.sh (ctest OpenAIClient): client.test.mjs URL SP_URL.
 //
 // The prompt is a kv-task sequence whose answer the model knows: records `k5 v9` and `k7 v2`
 // among fillers, then the query `<q> k5`; the greedy answer is v9.
@@ -9,6 +10,8 @@ import OpenAI from 'openai';
 
 const baseURL = process.argv[2];
 const client = new OpenAI({ baseURL, apiKey: 'not-needed', maxRetries: 0 });
+const spURL = process.argv[3];
+const sp = new OpenAI({ baseURL: spURL, apiKey: 'not-needed', maxRetries: 0 });
 
 const words = 'f3 k5 v9 f1 f2 k7 v2 f0 f4 f5 f6 <q> k5';
 // The same prompt as ids (tokenizer.json): <bos> 1, <q> 2, k0.. 5.., v0.. 37.., f0.. 69...
@@ -161,6 +164,63 @@ await check('bad requests are 4xx errors that name the field', async () => {
   await assert.rejects(
     client.completions.create({ model: 'no-such-model', prompt: ids }),
     (e) => e instanceof OpenAI.NotFoundError && e.status === 404 && e.param === 'model');
+});
+
+await check('text that is not what it must be: invalid UTF-8, an empty prompt, a second <bos>',
+  async () => {
+    // The client always sends UTF-8; a raw body with a stray byte in a stop string.
+    const raw = Buffer.concat([Buffer.from('{"prompt": "k5", "stop": ["v9", "'),
+      Buffer.from([0xc3]), Buffer.from('"]}')]);
+    const res = await fetch(baseURL + '/completions', {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: raw,
+    });
+    assert.equal(res.status, 400);
+    const e = (await res.json()).error;
+    assert.equal(e.param, 'stop');
+    assert.match(e.message, /^stop\[1\] is not valid UTF-8/);
+    await assert.rejects(client.completions.create({ model, prompt: '' }),
+      (err) => err instanceof OpenAI.BadRequestError && err.param === 'prompt' &&
+        /empty string/.test(err.message));
+    await assert.rejects(
+      client.chat.completions.create({ model, messages: [{ role: 'user', content: null }] }),
+      (err) => err instanceof OpenAI.BadRequestError && err.param === 'messages' &&
+        /messages\[0\]\.content is null/.test(err.message));
+    // A prompt that starts with <bos> is not given a second one.
+    const withBos = await client.completions.create({
+      model, prompt: '<bos> ' + words, max_tokens: 3, temperature: 0,
+    });
+    assert.deepEqual(withBos.usage, byText.usage);
+    assert.equal(withBos.choices[0].text, byText.choices[0].text);
+  });
+
+let spModel;
+await check('sentencepiece: streamed completions equal the whole text, byte for byte', async () => {
+  for await (const m of sp.models.list()) spModel = m.id;
+  assert.match(spModel, /^code-chunked@/);
+  const prompt = 'import sys\n\nif len(sys.argv) > 1:\n    name = sys.argv[1]\nelse:\n    name =';
+  for (const sampling of [{ temperature: 0 }, { temperature: 1, seed: 5 }]) {
+    const body = { model: spModel, prompt, max_tokens: 24, ...sampling };
+    const whole = await sp.completions.create(body);
+    const got = await collect(await sp.completions.create({ ...body, stream: true }),
+      (c, out) => { out.text += c.text; });
+    assert.equal(whole.usage.completion_tokens, 24);
+    assert.equal(got.text, whole.choices[0].text, JSON.stringify(sampling));
+    assert.deepEqual(got.finish, ['length']);
+    console.log(`# ${JSON.stringify(sampling)}: ${JSON.stringify(whole.choices[0].text)}`);
+  }
+});
+
+await check('sentencepiece: a streamed chat equals the whole content, byte for byte', async () => {
+  const messages = [{ role: 'user', content: 'def main():\n    for i in range(' }];
+  for (const sampling of [{ temperature: 0 }, { temperature: 1, seed: 5 }]) {
+    const body = { model: spModel, messages, max_tokens: 24, ...sampling };
+    const whole = await sp.chat.completions.create(body);
+    const got = await collect(await sp.chat.completions.create({ ...body, stream: true }),
+      (c, out) => { out.text += c.delta.content ?? ''; });
+    assert.equal(got.first.delta.role, 'assistant');
+    assert.equal(got.text, whole.choices[0].message.content, JSON.stringify(sampling));
+    assert.deepEqual(got.finish, ['length']);
+  }
 });
 
 await check('leaving a stream early aborts it; the server answers the next request', async () => {
