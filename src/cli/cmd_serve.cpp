@@ -120,7 +120,8 @@ void register_serve(CLI::App& app) {
                   "open connections; more are answered 503 with Retry-After")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--name", a->o.served_name, "served model name ('': <dir name>@<config hash>)");
-  cmd->add_flag("--log-requests", a->log_requests, "one line per request on stderr");
+  cmd->add_flag("--log-requests", a->log_requests,
+                "one line per request on stderr, those refused (503, 413, malformed) included");
   cmd->callback([a] { run_serve(*a); });
 }
 
