@@ -83,6 +83,26 @@ TEST(Repro, SuiteParsingMergesRunsAndNamesBadKeys) {
   }
   test::write_text(dir / "dup.toml", std::string(kSuite) + "\n[[run]]\nname = \"full\"\n");
   EXPECT_THROW(load_suite((dir / "dup.toml").string()), Error);
+  // A stride that does not divide the modulus would fail at the run's first sweep, after its
+  // training: the suite file is refused at load, so --plan and --print-commands refuse it too.
+  test::write_text(dir / "s3.toml", std::string(kSuite) +
+                                        "\n[[run]]\nname = \"s3\"\nmodel.attention = { stride = "
+                                        "3, width = 3 }\n");
+  try {
+    load_suite((dir / "s3.toml").string());
+    FAIL() << "stride 3 with modulus 8 must be refused at load";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("'s3': its stride 3 does not divide the suite's modulus 8"), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("e.g. 24"), std::string::npos) << msg;
+  }
+  const fs::path log = dir / "plan.log";
+  EXPECT_NE(run(kBin + " repro --suite " + (dir / "s3.toml").string() + " --out " +
+                    (dir / "out").string() + " --plan",
+                log),
+            0);
+  EXPECT_NE(test::slurp(log).find("does not divide"), std::string::npos) << test::slurp(log);
   fs::remove_all(dir);
 }
 

@@ -32,13 +32,6 @@ std::string dtype_name(const Decoder& model) {
 
 }  // namespace
 
-int chunked_stride(const ModelConfig& cfg) {
-  std::set<int> strides;
-  for (const auto& a : cfg.layers)
-    if (a.kind == AttentionKind::kChunked) strides.insert(a.stride);
-  return strides.size() == 1 ? *strides.begin() : 0;
-}
-
 LocalBackend::LocalBackend(Decoder model, std::optional<Tokenizer> tokenizer, std::string name,
                            int threads, int batch_size)
     : model_(std::move(model)),

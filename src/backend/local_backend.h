@@ -72,8 +72,4 @@ class LocalBackend : public Backend {
   int batch_size_ = 16;
 };
 
-// The stride of the model's chunked layers when they all share one (what the interior/boundary
-// split of a sweep needs); 0 when there are no chunked layers or several strides.
-int chunked_stride(const ModelConfig& cfg);
-
 }  // namespace phasekv

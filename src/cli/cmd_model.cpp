@@ -13,6 +13,7 @@
 #include "model/model_dir.h"
 #include "model/precision.h"
 #include "runtime/session.h"
+#include "train/trainer.h"
 #include "util/cpu_info.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -81,8 +82,22 @@ void register_init(CLI::App& app) {
   cmd->add_option("--seed", *seed, "initialisation seed")->check(non_negative());
   cmd->add_option("--dtype", *dtype, "weights dtype: f32|bf16")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  auto force = std::make_shared<bool>(false);
+  cmd->add_flag("--force", *force,
+                "replace a model already in --out (its weights, config, task, tokenizer, "
+                "training files and checkpoints)");
   cmd->callback([=] {
     auto cfg = model_config_from_file(*config);
+    // A new config and weights beside an old task.json and tokenizer.json would make a model
+    // that sweeps at 0.000 without a word: refuse, as `train` does, or clear it all.
+    const std::vector<std::string> previous = model_files_in(*out);
+    if (!previous.empty() && !*force)
+      throw Error(fmt::format(
+          "--out {} already holds a model ({}): pass --force to replace all of it, or choose "
+          "another directory",
+          *out, fmt::join(previous, ", ")));
+    if (*force && clear_previous_training(*out))
+      std::cerr << "--force: removed the previous model in " << *out << "\n";
     Decoder model(cfg);
     model->init_weights(*seed);
     save_model_dir(*out, model, *dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32,

@@ -13,6 +13,7 @@
 
 #include "backend/local_backend.h"
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "io/tokenizer.h"
 #include "model/model_dir.h"
 #include "server/server.h"
@@ -94,7 +95,8 @@ void register_serve(CLI::App& app) {
       "serve", "serve a model over an OpenAI-compatible HTTP API (vLLM shapes) for `audit`");
   auto a = std::make_shared<ServeArgs>();
   cmd->add_option("--model", a->model, "model directory (config.json, weights, tokenizer.json)")
-      ->required();
+      ->required()
+      ->transform(bundled_path());
   cmd->add_option("--host", a->o.host, "address to listen on");
   cmd->add_option("--port", a->o.port, "port");
   cmd->add_option("--threads", a->o.threads,

@@ -361,4 +361,11 @@ json model_config_to_json(const ModelConfig& c) {
           {"layers", layers}};
 }
 
+int chunked_stride(const ModelConfig& cfg) {
+  std::set<int> strides;
+  for (const auto& a : cfg.layers)
+    if (a.kind == AttentionKind::kChunked) strides.insert(a.stride);
+  return strides.size() == 1 ? *strides.begin() : 0;
+}
+
 }  // namespace phasekv

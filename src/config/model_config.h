@@ -114,6 +114,10 @@ constexpr double kMaxParameters = 2147483648.0;  // 2^31: 8 GiB of f32, far beyo
 // d_model = d_ff = 1 the parameter bound alone lets n_layers reach 4 x 10^8 (25 GB of configs).
 constexpr int kMaxLayers = 1024;
 
+// The stride of the model's chunked layers when they all share one (what the interior/boundary
+// split of a sweep needs); 0 when there are no chunked layers or several strides.
+int chunked_stride(const ModelConfig& cfg);
+
 std::string to_string(AttentionKind k);
 std::string to_string(GateKind g);
 std::string to_string(EntryRope e);

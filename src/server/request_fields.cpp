@@ -15,7 +15,8 @@ void bad(const std::string& param, const std::string& message) {
 std::string type_name(const json& v) {
   if (v.is_number_integer()) return "an integer";
   if (v.is_number()) return "a number";
-  return std::string("a ") + v.type_name();
+  const std::string t = v.type_name();
+  return (t == "array" || t == "object" ? "an " : "a ") + t;
 }
 
 const json* field(const json& body, const char* key) {

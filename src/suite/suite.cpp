@@ -1,6 +1,9 @@
 #include "suite/suite.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
+#include <numeric>
 #include <regex>
 #include <set>
 
@@ -73,8 +76,8 @@ Suite load_suite(const std::string& path) {
   json_read::check_keys(file, {"suite", "run"}, path);
   if (!file.contains("suite")) throw Error(path + ": missing section [suite]");
   read_suite_section(file.at("suite"), s, path + ": [suite]");
-  const std::string base_rel = json_read::require<std::string>(file.at("suite"), "base",
-                                                               path + ": [suite]");
+  const std::string base_rel =
+      json_read::require<std::string>(file.at("suite"), "base", path + ": [suite]");
   fs::path base_path(base_rel);
   if (base_path.is_relative()) base_path = fs::path(path).parent_path() / base_path;
   const json base = read_config_file(base_path.string());
@@ -104,8 +107,16 @@ Suite load_suite(const std::string& path) {
     // Strict parsing of the merged config: a wrong key in a run fails before anything runs.
     const TrainConfig tc = train_config_from_json(deep_merge(base, over), where, base_dir);
     if (tc.corpus)
-      throw Error(where + ": [corpus] (a suite's runs train on a synthetic [task], which its "
-                          "sweeps evaluate; train a corpus model with `phasekv train`)");
+      throw Error(where +
+                  ": [corpus] (a suite's runs train on a synthetic [task], which its "
+                  "sweeps evaluate; train a corpus model with `phasekv train`)");
+    // The run's sweeps split phases by its stride: one that does not divide the modulus would
+    // fail at the first sweep, after the training (minutes to hours) was spent.
+    if (const int stride = chunked_stride(tc.model); stride > 0 && s.modulus % stride != 0)
+      throw Error(fmt::format(
+          "{}: its stride {} does not divide the suite's modulus {} ([suite] modulus; allowed: a "
+          "multiple of every run's stride, e.g. {})",
+          where, stride, s.modulus, std::lcm(s.modulus, stride)));
     run.config = tc.source;
     if (r.contains("study")) run.study = study_from_json(r.at("study"), where + ": study");
     json_read::read(r, "depth_grid", run.depth_grid, where);

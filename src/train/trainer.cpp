@@ -333,13 +333,25 @@ class TrainingData {
 
 }  // namespace
 
+namespace {
+// Everything a model directory or a training leaves in it.
+constexpr const char* kModelDirFiles[] = {
+    "checkpoint",    "checkpoint.old", "checkpoint.tmp", "model.safetensors", "config.json",
+    "task.json",     "tokenizer.json", "tokenizer.model", "train.json",       "train_log.jsonl"};
+}  // namespace
+
+std::vector<std::string> model_files_in(const std::string& out_dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const char* f : kModelDirFiles)
+    if (fs::exists(fs::path(out_dir) / f, ec)) found.emplace_back(f);
+  return found;
+}
+
 bool clear_previous_training(const std::string& out_dir) {
   const fs::path d(out_dir);
   bool any = false;
-  for (const char* f : {"checkpoint", "checkpoint.old", "checkpoint.tmp", "model.safetensors",
-                        "config.json", "task.json", "tokenizer.json", "tokenizer.model", "train.json",
-                        "train_log.jsonl"})
-    any = fs::remove_all(d / f) > 0 || any;
+  for (const char* f : kModelDirFiles) any = fs::remove_all(d / f) > 0 || any;
   return any;
 }
 

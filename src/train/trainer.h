@@ -35,6 +35,9 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
 // Removes what a previous training left in out_dir (checkpoints, model files, train.json, log)
 // so that a fresh run may start there. Returns whether there was anything to remove.
 bool clear_previous_training(const std::string& out_dir);
+// The files of a model directory or a training that out_dir holds (those the function above
+// removes), for a command that must not write a model over another (`init`, `train`).
+std::vector<std::string> model_files_in(const std::string& out_dir);
 
 // Copies the weights of the model directory `dir` into `model`. Throws phasekv::Error naming the
 // directory when it cannot be loaded or its config differs from `model`'s.
