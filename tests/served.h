@@ -24,7 +24,8 @@ namespace phasekv::test {
 // A phasekv server on a random loopback port, serving a tiny random model, for one test suite.
 class Served {
  public:
-  // `fill` (if given) writes the model directory instead of the tiny kv model and its task.
+  // `fill` (if given) writes the model directory instead of the tiny kv model and its task (its
+  // task.json, when it writes one, is served).
   explicit Served(ServerOptions o = {}, int max_context = 40,
                   const std::function<void(const std::string& dir)>& fill = nullptr)
       : dir_(temp_dir("served_" + std::to_string(max_context))) {
@@ -32,6 +33,8 @@ class Served {
     std::optional<TaskConfig> task;
     if (fill) {
       fill(model_dir_);
+      if (std::filesystem::exists(std::filesystem::path(model_dir_) / "task.json"))
+        task = load_task_config(model_dir_);  // served as `phasekv serve` would
     } else {
       Decoder model = make_model(small_kv_model_config(max_context), 11);
       save_model_dir(model_dir_, model);

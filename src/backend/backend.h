@@ -84,6 +84,10 @@ class Backend {
     return out;
   }
   virtual int64_t max_context() const = 0;
+  // Non-empty once the backend cannot go on (an HTTP endpoint that stopped answering, see
+  // http_transport.h): the runner then stops after the batch in flight, keeping only its
+  // successful records, and a rerun resumes. In-process models never stop.
+  virtual std::string stop_reason() const { return ""; }
   // What a report should say about this backend (dialect, prefix-cache policy, endpoint).
   virtual nlohmann::json describe() const = 0;
 };

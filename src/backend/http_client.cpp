@@ -1,5 +1,7 @@
 #include "backend/http_client.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -71,9 +73,10 @@ std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
   t.retry.max_total_retries = o.max_total_retries;
   t.retry.base_delay_s = o.retry_base_delay_s;
   if (!(o.max_retry_after_s >= 0))
-    throw Error("--max-retry-after-s is " + std::to_string(o.max_retry_after_s) +
+    throw Error(fmt::format("--max-retry-after-s is {:g}", o.max_retry_after_s) +
                 " (allowed: >= 0)");
   t.retry.max_retry_after_s = o.max_retry_after_s;
+  t.retry.give_up_after_s = o.give_up_after_s;
   t.adaptive.enabled = o.adaptive_concurrency;
   t.permanent = llamacpp_output_refused;
   t.cache_dir = o.request_cache;
@@ -184,6 +187,10 @@ int64_t HttpBackend::max_prompt(int new_tokens) const {
 
 int64_t HttpBackend::max_context() const {
   return max_prompt(1);
+}
+
+std::string HttpBackend::stop_reason() const {
+  return transport_->down_reason();
 }
 
 UsageTotals HttpBackend::usage() const {
@@ -515,7 +522,8 @@ json HttpBackend::describe() const {
       {"adaptive_concurrency", options_.adaptive_concurrency},
       {"request_cache",
        options_.request_cache.empty() ? json(nullptr) : json(options_.request_cache)},
-      {"max_retry_after_s", options_.max_retry_after_s}};
+      {"max_retry_after_s", options_.max_retry_after_s},
+      {"give_up_after_s", options_.give_up_after_s}};
   const auto limit = context_limit();
   d["context_limit"] = limit
                            ? json{{"tokens", limit->tokens},

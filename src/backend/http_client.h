@@ -52,6 +52,7 @@ struct HttpBackendOptions {
   bool defeat_prefix_cache = true;
   int64_t max_context = 0;           // > 0 overrides what the server reports (--max-context)
   double max_retry_after_s = 120;    // longest Retry-After waited out
+  double give_up_after_s = 60;       // no answer this long: the endpoint is down (http_transport.h)
   bool adaptive_concurrency = true;  // halve the requests in flight on 429s (http_transport.h)
   std::string request_cache;         // --request-cache DIR ("" = off; http_transport.h)
   std::string chat_template_file;    // --chat-template FILE ("" = the server renders; http_chat.h)
@@ -90,6 +91,7 @@ class HttpBackend : public Backend {
   // dialect's rule adds (http_dialect.h positions_needed: vLLM echoes the target and generates
   // one token, llama.cpp needs room for one token, ...). No limit known: INT64_MAX.
   int64_t max_context() const override;
+  std::string stop_reason() const override;
   // The same for a request that generates `new_tokens` tokens.
   int64_t max_prompt(int new_tokens) const;
   // The server's context size and its source (--max-context first); nullopt when the server

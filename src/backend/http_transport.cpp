@@ -28,6 +28,15 @@ std::string snippet(const std::string& body) {
   return body.size() > 200 ? s + "..." : s;
 }
 
+// A 429/503 is busy (not a failure) while some request was answered this recently.
+constexpr int64_t kBusyWindowNs = 10'000'000'000;
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 bool retryable_status(int status) {
   return status == 408 || status == 429 || status >= 500;
 }
@@ -76,12 +85,19 @@ struct Transport::Attempt {
 };
 
 Transport::Transport(TransportOptions options) : options_(std::move(options)) {
+  // The flags' names: every caller (audit, probe, sweep over HTTP) takes them under these names.
   if (options_.slots < 1)
-    throw Error("concurrency is " + std::to_string(options_.slots) + " (allowed: >= 1)");
+    throw Error("--concurrency is " + std::to_string(options_.slots) + " (allowed: >= 1)");
   if (!(options_.timeout_s > 0))
-    throw Error("timeout is " + std::to_string(options_.timeout_s) + " s (allowed: > 0)");
-  if (options_.retry.retries < 0 || options_.retry.max_total_retries < 0)
-    throw Error("retries must be >= 0");
+    throw Error(fmt::format("--timeout-s is {:g} (allowed: > 0 seconds)", options_.timeout_s));
+  if (options_.retry.retries < 0)
+    throw Error("--retries is " + std::to_string(options_.retry.retries) + " (allowed: >= 0)");
+  if (options_.retry.max_total_retries < 0)
+    throw Error("--max-total-retries is " + std::to_string(options_.retry.max_total_retries) +
+                " (allowed: >= 0)");
+  if (!(options_.retry.give_up_after_s >= 0))
+    throw Error(fmt::format("--give-up-after-s is {:g} (allowed: >= 0 seconds; 0 = never)",
+                            options_.retry.give_up_after_s));
   const auto secs = static_cast<time_t>(options_.timeout_s);
   const auto usecs = static_cast<time_t>((options_.timeout_s - static_cast<double>(secs)) * 1e6);
   for (int i = 0; i < options_.slots; ++i) {
@@ -101,6 +117,7 @@ Transport::Transport(TransportOptions options) : options_(std::move(options)) {
     clients_.push_back(std::move(c));
   }
   limit_ = min_limit_ = options_.slots;
+  conn_busy_.assign(static_cast<size_t>(options_.slots), 0);
   if (!options_.cache_dir.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(options_.cache_dir, ec);
@@ -134,6 +151,7 @@ Transport::Attempt Transport::attempt(int slot, const std::string& method, const
   a.status = res->status;
   if (res->status < 200 || res->status >= 300) {
     if (res->status == 429) ++http_429_;
+    if (res->status == 503) ++http_503_;
     if (res->status >= 500) ++http_5xx_;
     a.raw = res->body.substr(0, 4096);
     a.retryable = retryable_status(res->status) &&
@@ -162,60 +180,123 @@ bool Transport::take_retry() {
   return false;
 }
 
-int64_t Transport::acquire() {
-  if (!options_.adaptive.enabled) return 0;
+Transport::Lease Transport::acquire(int slot) {
+  if (!options_.adaptive.enabled) return {slot, 0};
   std::unique_lock<std::mutex> lock(limit_mutex_);
   limit_cv_.wait(lock, [&] { return in_flight_ < limit_; });
   ++in_flight_;
-  return decreases_;
+  Lease lease{0, decreases_};
+  while (conn_busy_[static_cast<size_t>(lease.conn)]) ++lease.conn;  // < slots: in_flight < limit
+  conn_busy_[static_cast<size_t>(lease.conn)] = 1;
+  return lease;
 }
 
-void Transport::release(int status, int64_t generation) {
+void Transport::release(const Lease& lease, int status) {
   if (!options_.adaptive.enabled) return;
   {
     std::lock_guard<std::mutex> lock(limit_mutex_);
     --in_flight_;
-    if (status == 429) {
+    conn_busy_[static_cast<size_t>(lease.conn)] = 0;
+    if (status == 429 || status == 503) {
       successes_ = 0;
-      if (limit_ > 1 && generation == decreases_) {  // the first 429 of this burst
+      if (limit_ > 1 && lease.generation == decreases_) {  // the first 429/503 of this burst
         limit_ = std::max(1, limit_ / 2);
         min_limit_ = std::min(min_limit_, limit_);
         ++decreases_;
+        // Idle connections above the new limit would keep holding the server's capacity.
+        for (int c = limit_; c < options_.slots; ++c)
+          if (!conn_busy_[static_cast<size_t>(c)]) clients_[static_cast<size_t>(c)]->stop();
       }
     } else if (status >= 200 && status < 300 && limit_ < options_.slots && ++successes_ >= limit_) {
       ++limit_;
       successes_ = 0;
     }
+    if (lease.conn >= limit_) clients_[static_cast<size_t>(lease.conn)]->stop();
   }
   limit_cv_.notify_all();
+}
+
+void Transport::note_success() {
+  last_answer_ns_ = steady_ns();
+  if (options_.retry.give_up_after_s <= 0) return;
+  std::lock_guard<std::mutex> lock(down_mutex_);
+  failing_since_ = {};
+}
+
+void Transport::note_failure(const std::string& error, bool budget_spent) {
+  if (options_.retry.give_up_after_s <= 0 || down_) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(down_mutex_);
+  if (failing_since_ == std::chrono::steady_clock::time_point{}) failing_since_ = now;
+  const double failing_s = std::chrono::duration<double>(now - failing_since_).count();
+  if (failing_s < options_.retry.give_up_after_s && !budget_spent) return;
+  down_reason_ = fmt::format(
+      "{} answered nothing for {:.0f} s: every attempt failed{} (last: {}); stopped instead of "
+      "retrying every item (--give-up-after-s {:g})",
+      options_.url.origin(), failing_s,
+      budget_spent ? fmt::format(" and the run's retry budget of {} is spent",
+                                 options_.retry.max_total_retries)
+                   : "",
+      error, options_.retry.give_up_after_s);
+  down_ = true;
+}
+
+std::string Transport::down_reason() const {
+  if (!down_) return "";
+  std::lock_guard<std::mutex> lock(down_mutex_);
+  return down_reason_;
 }
 
 json Transport::request(int slot, const std::string& method, const std::string& route,
                         const std::string& body) {
   ++requests_;
   const RetryPolicy& p = options_.retry;
+  int counted = 0;  // retries that count against p.retries (all but busy ones, see the header)
   for (int k = 0;; ++k) {
-    const int64_t generation = acquire();
-    Attempt a = attempt(slot, method, route, body);
-    release(a.ok ? 200 : a.status, generation);
-    if (a.ok) return std::move(a.body);
+    if (down_) {
+      ++failed_;
+      throw RequestFailed(method + " " + options_.url.url(route) + ": not sent: " + down_reason(),
+                          0);
+    }
+    const Lease lease = acquire(slot);
+    Attempt a = attempt(lease.conn, method, route, body);
+    release(lease, a.ok ? 200 : a.status);
+    if (a.ok) {
+      note_success();
+      return std::move(a.body);
+    }
+    // A 429/503 while other requests get answers: the server is alive and busy, not failing.
+    const int64_t last = last_answer_ns_.load();
+    const bool busy =
+        (a.status == 429 || a.status == 503) && last != 0 && steady_ns() - last < kBusyWindowNs;
+    if (a.status != 429 && !busy) note_failure(a.error, false);
     std::string why;
     if (!a.retryable)
       why = "";
     else if (a.wait_hint_s > p.max_retry_after_s)
       why = fmt::format(" (Retry-After asks for {:.0f} s, more than the {:.0f} s allowed)",
                         a.wait_hint_s, p.max_retry_after_s);
-    else if (k >= p.retries)
-      why = " (gave up after " + std::to_string(k) + " retries)";
-    else if (!take_retry())
+    else if (down_)
+      why = " (" + down_reason() + ")";
+    else if (busy)
+      ++busy_retries_;
+    else if (counted >= p.retries)
+      why = " (gave up after " + std::to_string(counted) + " retries)";
+    else if (!take_retry()) {
       why = " (the run's retry budget of " + std::to_string(p.max_total_retries) +
             " is spent; --max-total-retries raises it)";
+      if (a.status != 429) note_failure(a.error, true);
+    } else
+      ++counted;
     if (!a.retryable || !why.empty()) {
       ++failed_;
       throw RequestFailed(method + " " + options_.url.url(route) + ": " + a.error + why, a.status,
                           a.raw);
     }
-    const double cap = std::min(p.max_delay_s, p.base_delay_s * std::pow(2.0, k));
+    // Busy retries back off like the others, their exponent capped so a long busy spell keeps
+    // polling every few seconds.
+    const int exponent = busy ? std::min(k, 4) : k;
+    const double cap = std::min(p.max_delay_s, p.base_delay_s * std::pow(2.0, exponent));
     double wait = jitter(cap);
     if (a.wait_hint_s >= 0) {  // the server said when: at least that long
       wait = std::max(wait, a.wait_hint_s);
@@ -263,6 +344,8 @@ TransportStats Transport::stats() const {
   s.retries = retries_.load();
   s.failed = failed_.load();
   s.http_429 = http_429_.load();
+  s.http_503 = http_503_.load();
+  s.busy_retries = busy_retries_.load();
   s.http_5xx = http_5xx_.load();
   s.connection_errors = connection_errors_.load();
   s.bad_json = bad_json_.load();

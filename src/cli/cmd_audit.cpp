@@ -28,6 +28,7 @@
 #include "backend/http_cost.h"
 #include "backend/http_text_task.h"
 #include "cli/commands.h"
+#include "cli/path_options.h"
 #include "eval/runner.h"
 #include "eval/stats.h"
 #include "eval/sweep.h"
@@ -45,6 +46,10 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+// The flag of the text's lengths, as its messages name it: it has two names, and the user typed
+// one of them.
+constexpr const char* kContextFlag = "--context-len/--context-tokens";
+
 // Chat generation budget when the model may reason first (--max-tokens overrides it).
 constexpr int kDefaultReasoningBudget = 1024;
 
@@ -54,7 +59,7 @@ struct AuditArgs {
   std::string render = "auto", task_config, padding = "prefix", out;
   int modulus = 24, examples = 50, stride = 0, concurrency = 8, retries = 5, top_n = 20;
   int64_t max_total_retries = 2000, max_context = 0;
-  double timeout_s = 60, retry_base_s = 0.25, max_retry_after_s = 120;
+  double timeout_s = 60, retry_base_s = 0.25, max_retry_after_s = 120, give_up_after_s = 60;
   uint64_t seed = 0;
   int records = 8, bootstrap = 2000, permutations = 1000, needles = 1;
   std::string context_tokens = "512", depths, filler;
@@ -119,7 +124,9 @@ json transport_json(const TransportStats& s) {
           {"retries", s.retries},
           {"failed", s.failed},
           {"http_429", s.http_429},
+          {"http_503", s.http_503},
           {"http_5xx", s.http_5xx},
+          {"busy_retries", s.busy_retries},
           {"connection_errors", s.connection_errors},
           {"bad_json", s.bad_json},
           {"retry_after_waits", s.retry_after_waits},
@@ -325,6 +332,7 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
   o.defeat_prefix_cache = !a.keep_prefix_cache;
   o.max_context = a.max_context;
   o.max_retry_after_s = a.max_retry_after_s;
+  o.give_up_after_s = a.give_up_after_s;
   o.adaptive_concurrency = !a.fixed_concurrency;
   o.request_cache = a.request_cache;
   o.chat_template_file = a.chat_template;
@@ -356,7 +364,7 @@ void validate(const AuditArgs& a) {
                 "reasoning's; use --mode generate (the answer is read after the reasoning)");
   if (a.max_tokens < 0) throw Error("--max-tokens must be >= 0 (0 = the default budget)");
   if (!a.price_per_mtok.empty()) parse_token_prices(a.price_per_mtok, "--price-per-mtok");
-  parse_token_list(a.context_tokens, "--context-tokens");
+  parse_token_list(a.context_tokens, kContextFlag);
   parse_depths(a.depths, "--depths");
   if (a.needles < 1 || a.needles > a.records)
     throw Error(fmt::format("--needles is {} (allowed: 1..--records = {})", a.needles, a.records));
@@ -614,10 +622,21 @@ std::string needle_text(const json& rows) {
   return t;
 }
 
+// A text audit's summary with what its verdict needs: the outcomes planned, and the shortcut of
+// the text task (a guess among the document's --records values, 1/records, reached without
+// reading any key).
+PhaseSummary text_summary(const std::vector<PhaseOutcome>& outcomes, const AuditArgs& a,
+                          const SummaryOptions& stats, int64_t planned) {
+  PhaseSummary s = summarize(outcomes, a.modulus, a.stride, stats);
+  s.planned_outcomes = planned;
+  s.shortcut = 1.0 / std::max(1, a.records);
+  return s;
+}
+
 std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, json& audit) {
   if (a.task != "kv") throw Error("--task passkey needs a phasekv-served model (render ids)");
   const std::vector<DocCell> cells = doc_grid(
-      parse_token_list(a.context_tokens, "--context-tokens"), parse_depths(a.depths, "--depths"));
+      parse_token_list(a.context_tokens, kContextFlag), parse_depths(a.depths, "--depths"));
   TextTaskOptions to;
   to.records = a.records;
   to.modulus = a.modulus;
@@ -723,9 +742,12 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
     const Tally& t = tallies.emplace_back(tally(run, cell_conditions[i], a.modulus));
     require_every_phase(t, run.path);
     if (cells.size() > 1)
-      cell_rows.push_back(
-          cell_json(cells[i], cell_conditions[i].front(),
-                    summarize(t.outcomes, a.modulus, a.stride, stats), t, run));
+      cell_rows.push_back(cell_json(
+          cells[i], cell_conditions[i].front(),
+          text_summary(t.outcomes, a, stats,
+                       static_cast<int64_t>(a.examples) * a.modulus *
+                           static_cast<int64_t>(cell_conditions[i].size())),
+          t, run));
     for (PhaseOutcome o : t.outcomes) {
       o.example_id += static_cast<int64_t>(i) * a.examples;
       pooled.outcomes.push_back(o);
@@ -734,7 +756,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
     pooled.censored += t.censored;
   }
   const Tally& t = pooled;
-  const PhaseSummary summary = summarize(t.outcomes, a.modulus, a.stride, stats);
+  const PhaseSummary summary = text_summary(t.outcomes, a, stats, run.items);
   const std::string label =
       fmt::format("{} text-kv {} M={}", identity.model, identity.padding, a.modulus);
   int64_t mismatched = 0, invalid_utf8 = 0, missing = 0, repeated = 0;
@@ -749,7 +771,7 @@ std::optional<PhaseSummary> audit_text(const AuditArgs& a, HttpBackend& http, js
   if (a.needles > 1)
     audit["needles"] = needle_rows(cell_conditions, run, a.examples, a.modulus, a.stride, stats);
   if (cells.size() > 1) {
-    audit["task"]["context_tokens"] = parse_token_list(a.context_tokens, "--context-tokens");
+    audit["task"]["context_tokens"] = parse_token_list(a.context_tokens, kContextFlag);
     audit["task"]["depths_pct"] = parse_depths(a.depths, "--depths");
     audit["cells"] = cell_rows;
     audit["lengths"] = length_rows(cells, tallies, a.examples, a.modulus, a.stride, stats);
@@ -848,8 +870,10 @@ void run_audit(const AuditArgs& a) {
         audit["usage"]["cost"].get<double>(), a.price_per_mtok);
   if (s.concurrency_decreases > 0)
     std::cout << fmt::format(
-        "rate limits: {} HTTP 429, concurrency lowered {} times (to {} at least, {} now)\n",
-        s.http_429, s.concurrency_decreases, s.min_concurrency_limit, s.concurrency_limit);
+        "rate limits: {} HTTP 429, {} HTTP 503 ({} retried as back-pressure), concurrency lowered "
+        "{} times (to {} at least, {} now)\n",
+        s.http_429, s.http_503, s.busy_retries, s.concurrency_decreases, s.min_concurrency_limit,
+        s.concurrency_limit);
   enforce_sla(a.sla, summary);
   // Error records are left out of the statistics: a finished audit with some of them is not a
   // clean result, and a script must be able to tell (a rerun retries exactly those items).
@@ -872,7 +896,8 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--endpoint", a->endpoint, "server URL, e.g. http://127.0.0.1:8000")->required();
   cmd->add_option("--model", a->model, "served model name (GET /v1/models)")->required();
   cmd->add_option("--out", a->out, "output directory (an existing results.jsonl is resumed)")
-      ->required();
+      ->required()
+      ->check(output_dir());
   cmd->add_option("--dialect", a->dialect, "auto|vllm|sglang|llamacpp");
   cmd->add_option("--modulus", a->modulus, "M: phases r = key position mod M");
   cmd->add_option("--examples", a->examples, "logical examples, each at every phase");
@@ -883,7 +908,11 @@ void register_audit(CLI::App& app) {
   cmd->add_option("--retry-base-s", a->retry_base_s,
                   "backoff base: retry k waits up to base * 2^k seconds, jittered");
   cmd->add_option("--max-total-retries", a->max_total_retries,
-                  "retries over the whole run before failing fast");
+                  "retries over the whole run before failing fast (429/503 retries while other "
+                  "requests are answered do not count)");
+  cmd->add_option("--give-up-after-s", a->give_up_after_s,
+                  "stop the audit (exit 6, resumable) when the server answered nothing for this "
+                  "long while every attempt failed; 0 = never");
   cmd->add_option("--api-key-env", a->api_key_env,
                   "environment variable holding the API key (the key is never logged)");
   cmd->add_option("--mode", a->mode, "logprob|generate");
@@ -912,7 +941,8 @@ void register_audit(CLI::App& app) {
                   "text: MANIFEST of natural filler text, checked by size and SHA-256 "
                   "(data/filler/debian-licenses.json: Debian's license texts, documents up to "
                   "about 25K tokens; data/filler/vim-manual.json: the Vim manuals, 128K tokens "
-                  "and more); default: 8 built-in sentences");
+                  "and more); default: 8 built-in sentences")
+      ->transform(bundled_path());
   cmd->add_option("--max-context", a->max_context,
                   "the server's context size in tokens, instead of what it reports");
   cmd->add_flag("--dry-run", a->dry_run,
@@ -945,6 +975,11 @@ void register_audit(CLI::App& app) {
   cmd->add_flag("--keep-prefix-cache", a->keep_prefix_cache,
                 "do not salt/disable the server's prefix cache (not recommended)");
   add_sla_options(cmd, a->sla);
+  cmd->footer(
+      "Exit status: 0 done (gate passed, or none asked for); 2 an error; 3 an internal tensor "
+      "error; 4 the SLA gate failed; 5 the audit finished but some items ended as errors (no "
+      "verdict; a rerun retries them); 6 stopped early, the server answered nothing for "
+      "--give-up-after-s (results kept; a rerun resumes); 100 and up a usage error.");
   cmd->callback([a] { run_audit(*a); });
 }
 

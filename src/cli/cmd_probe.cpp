@@ -24,7 +24,7 @@ struct ProbeArgs {
   std::string spec, model, endpoint, dialect = "auto", out, lengths, api_key_env;
   int stride = 0, retest = 1, threads = 0, batch = 16, permutations = 1000;
   int concurrency = 8, retries = 5, top_n = 20;
-  double timeout_s = 60;
+  double timeout_s = 60, give_up_after_s = 60;
   int64_t max_context = 0;
 };
 
@@ -60,6 +60,7 @@ std::pair<std::unique_ptr<Backend>, int> open_backend(const ProbeArgs& a) {
   o.concurrency = a.concurrency;
   o.timeout_s = a.timeout_s;
   o.retries = a.retries;
+  o.give_up_after_s = a.give_up_after_s;
   o.api_key_env = a.api_key_env;
   o.top_n = a.top_n;
   o.max_context = a.max_context;
@@ -80,6 +81,8 @@ void add_backend_options(CLI::App* cmd, ProbeArgs& a) {
   cmd->add_option("--concurrency", a.concurrency, "requests in flight (with --endpoint)");
   cmd->add_option("--timeout-s", a.timeout_s, "per-request timeout in seconds");
   cmd->add_option("--retries", a.retries, "retries per request");
+  cmd->add_option("--give-up-after-s", a.give_up_after_s,
+                  "stop (exit 6, resumable) when the server answered nothing for this long");
   cmd->add_option("--api-key-env", a.api_key_env, "environment variable holding the API key");
   cmd->add_option("--top-n", a.top_n, "logprobs / n_probs per position (with --endpoint)");
   cmd->add_option("--max-context", a.max_context, "overrides the server's context size");

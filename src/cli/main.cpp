@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/usage.h"
+#include "eval/runner.h"
 #include "util/allocator.h"
 #include "util/error.h"
 
@@ -39,6 +40,9 @@ int main(int argc, char** argv) {
     return phasekv::kSlaFailedExit;  // the verdict line is printed
   } catch (const phasekv::cli::AuditHadErrors&) {
     return phasekv::cli::kAuditErrorsExit;  // the count is printed
+  } catch (const phasekv::RunStopped& e) {  // what was scored is kept; a rerun resumes
+    std::cerr << "phasekv: " << e.what() << "\n";
+    return phasekv::kRunStoppedExit;
   } catch (const phasekv::Error& e) {
     std::cerr << "phasekv: error: " << e.what() << "\n";
     return 2;

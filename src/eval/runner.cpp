@@ -35,9 +35,9 @@ class ProgressLine {
     const double rate = secs > 0 ? static_cast<double>(done_) / secs : 0.0;
     const std::string note = o_.progress_note ? o_.progress_note() : "";
     *o_.progress << fmt::format(
-                        "{}: {}/{} ({:.0f} %)  {:.1f} items/s  errors {}{}{}  ETA {}\n", o_.label, done_,
-                        total_, total_ ? 100.0 * static_cast<double>(done_) / total_ : 100.0, rate,
-                        errors_, note.empty() ? "" : "  ", note,
+                        "{}: {}/{} ({:.0f} %)  {:.1f} items/s  errors {}{}{}  ETA {}\n", o_.label,
+                        done_, total_, total_ ? 100.0 * static_cast<double>(done_) / total_ : 100.0,
+                        rate, errors_, note.empty() ? "" : "  ", note,
                         rate > 0 ? format_duration(static_cast<double>(total_ - done_) / rate)
                                  : std::string("?"))
                  << std::flush;
@@ -69,10 +69,21 @@ void create_out_dir(const std::string& dir) {
   }
 }
 
+// The error of a run whose backend stopped (Backend::stop_reason): why, and what is kept.
+RunStopped stopped_run(const Backend& backend, const RunOptions& o, const std::string& path,
+                       const std::map<ItemKey, EvalRecord>& latest, int64_t total_items) {
+  int64_t done = 0;
+  for (const auto& [key, r] : latest) done += r.ok() ? 1 : 0;
+  return RunStopped(fmt::format(
+      "{} stopped: {}. {} has {} successful records; {} items of this run are still to score: "
+      "rerun the same command to resume (exit {})",
+      o.label, backend.stop_reason(), path, done, total_items - done, kRunStoppedExit));
+}
+
 // Scores `pending` in batches, appending each batch's lines before the next one is scored.
 void score_pending(Backend& backend, EvalMode& mode, const RunOptions& o,
                    const std::vector<EvalItem>& pending, const std::string& path,
-                   std::map<ItemKey, EvalRecord>& latest) {
+                   std::map<ItemKey, EvalRecord>& latest, int64_t total_items) {
   AppendFile out(path);  // a failed append (disk full) leaves the records before it whole
   ProgressLine progress(o, static_cast<int64_t>(pending.size()));
   const size_t batch = std::max<size_t>(1, mode.batch_size());
@@ -80,21 +91,33 @@ void score_pending(Backend& backend, EvalMode& mode, const RunOptions& o,
     const std::vector<EvalItem> items(
         pending.begin() + static_cast<long>(start),
         pending.begin() + static_cast<long>(std::min(pending.size(), start + batch)));
-    std::vector<EvalRecord> records = mode.evaluate(backend, items);
+    std::vector<EvalRecord> records;
+    try {
+      records = mode.evaluate(backend, items);
+    } catch (const std::exception&) {  // e.g. a task's tokenization through a server now down
+      if (!backend.stop_reason().empty()) throw stopped_run(backend, o, path, latest, total_items);
+      throw;
+    }
     if (records.size() != items.size())
       throw Error(fmt::format("internal: the evaluation returned {} records for {} items",
                               records.size(), items.size()));
+    // A backend that stopped failed this batch's unfinished items for its own reason, not
+    // theirs: those are left unwritten so the file holds only real outcomes.
+    const std::string stopped = backend.stop_reason();
     std::string lines;
-    int64_t errors = 0;
+    int64_t errors = 0, kept = 0;
     for (size_t i = 0; i < records.size(); ++i) {
       if (records[i].key() != items[i].key())
         throw Error("internal: a record came back for another item than asked");
+      if (!stopped.empty() && !records[i].ok()) continue;
       lines += record_to_json(records[i]).dump() + "\n";
       errors += records[i].ok() ? 0 : 1;
+      ++kept;
       keep(latest, std::move(records[i]));
     }
     out.append(lines);
-    progress.add(static_cast<int64_t>(items.size()), errors);
+    progress.add(kept, errors);
+    if (!stopped.empty()) throw stopped_run(backend, o, path, latest, total_items);
   }
 }
 
@@ -147,7 +170,7 @@ RunResult run_items(Backend& backend, EvalMode& mode, const RunOptions& o) {
     *o.progress << fmt::format("resume: {} of {} items already in {}\n", run.resumed, run.items,
                                run.path);
   const auto started = std::chrono::steady_clock::now();
-  score_pending(backend, mode, o, pending, run.path, latest);
+  score_pending(backend, mode, o, pending, run.path, latest, run.items);
   run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   run.scored = static_cast<int64_t>(pending.size());
   run.latest = std::move(latest);
@@ -181,9 +204,9 @@ Tally tally(const RunResult& run, const std::vector<std::string>& conditions, in
     }
   }
   for (size_t p = 0; p < lp_sum.size(); ++p)
-    t.mean_logprob_by_phase.push_back(
-        lp_n[p] ? nlohmann::json(lp_sum[p] / static_cast<double>(lp_n[p]))
-                : nlohmann::json(nullptr));
+    t.mean_logprob_by_phase.push_back(lp_n[p]
+                                          ? nlohmann::json(lp_sum[p] / static_cast<double>(lp_n[p]))
+                                          : nlohmann::json(nullptr));
   return t;
 }
 

@@ -19,6 +19,7 @@
 #include "backend/backend.h"
 #include "eval/results_file.h"
 #include "eval/stats.h"
+#include "util/error.h"
 
 namespace phasekv {
 
@@ -39,7 +40,8 @@ class EvalMode {
   virtual std::vector<EvalItem> items() const = 0;
   // Scores one batch: one record per item, in order, with identity() filled in and each item's
   // key. Failures go into EvalRecord::error (never thrown), so a long run goes on.
-  virtual std::vector<EvalRecord> evaluate(Backend& backend, const std::vector<EvalItem>& batch) = 0;
+  virtual std::vector<EvalRecord> evaluate(Backend& backend,
+                                           const std::vector<EvalItem>& batch) = 0;
   // Items per call of evaluate() and per flush of results.jsonl.
   virtual size_t batch_size() const = 0;
 };
@@ -53,15 +55,24 @@ struct RunOptions {
 };
 
 struct RunResult {
-  std::string path;                    // OUT/results.jsonl
+  std::string path;                      // OUT/results.jsonl
   std::map<ItemKey, EvalRecord> latest;  // the latest record of every item of this run
-  int64_t items = 0;    // items of this run
-  int64_t scored = 0;   // items evaluated by this call
-  int64_t resumed = 0;  // items taken from an existing results.jsonl
-  int64_t ignored = 0;  // records in the file for items outside this run (e.g. a larger sweep)
+  int64_t items = 0;                     // items of this run
+  int64_t scored = 0;                    // items evaluated by this call
+  int64_t resumed = 0;                   // items taken from an existing results.jsonl
+  int64_t ignored = 0;    // records in the file for items outside this run (e.g. a larger sweep)
   bool repaired = false;  // a torn last line was dropped or completed
   double seconds = 0.0;   // wall time this call spent scoring (the pending items only)
 };
+
+// Thrown by run_items when the backend stops (Backend::stop_reason, e.g. an endpoint that stopped
+// answering): every successful record scored before is in results.jsonl, the failed records of
+// the last batch are not written (a rerun scores them). main() returns kRunStoppedExit.
+class RunStopped : public Error {
+ public:
+  using Error::Error;
+};
+inline constexpr int kRunStoppedExit = 6;
 
 // Validates the existing file before anything is written (throws phasekv::Error), then scores
 // the pending items. Throws when the backend returns a wrong number of records or the disk
@@ -73,7 +84,7 @@ struct Tally {
   std::vector<PhaseOutcome> outcomes;  // successful records
   int64_t errors = 0, censored = 0;
   std::string first_error;
-  std::vector<int64_t> per_phase;     // successful outcomes per phase
+  std::vector<int64_t> per_phase;                                  // successful outcomes per phase
   nlohmann::json mean_logprob_by_phase = nlohmann::json::array();  // null where none
 };
 Tally tally(const RunResult& run, const std::string& condition, int modulus);

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "util/error.h"
 
 namespace phasekv {
@@ -12,9 +11,9 @@ void validate_sla(const SlaGate& gate, int bootstrap_reps) {
     throw Error(fmt::format("--max-gap is {} (allowed: percentage points in [0, 100], e.g. 3)",
                             *gate.max_gap_pp));
   if (gate.min_worst_acc && !(*gate.min_worst_acc >= 0.0 && *gate.min_worst_acc <= 1.0))
-    throw Error(fmt::format(
-        "--min-worst is {} (allowed: an accuracy as a fraction in [0, 1], e.g. 0.95)",
-        *gate.min_worst_acc));
+    throw Error(
+        fmt::format("--min-worst is {} (allowed: an accuracy as a fraction in [0, 1], e.g. 0.95)",
+                    *gate.min_worst_acc));
   if (gate.enabled() && bootstrap_reps < 1)
     throw Error(fmt::format(
         "--max-gap / --min-worst judge the bootstrap confidence interval, and --bootstrap-reps {} "
@@ -24,6 +23,23 @@ void validate_sla(const SlaGate& gate, int bootstrap_reps) {
 
 SlaVerdict evaluate_sla(const SlaGate& gate, const PhaseSummary& s) {
   SlaVerdict v;
+  // No verdict, no pass: a gate cannot vouch for phases that were not scored, or for a model
+  // that does not do the task (a flat zero has no gap to exceed).
+  if (!s.complete()) {
+    v.passed = false;
+    v.line = fmt::format(
+        "SLA FAILED: incomplete, {} of {} outcomes (rerun the same command to retry the rest)",
+        s.outcomes, s.planned_outcomes);
+    return v;
+  }
+  if (s.at_or_below_shortcut()) {
+    v.passed = false;
+    v.line = fmt::format(
+        "SLA FAILED: uninformative, accuracy at or below the shortcut {:.3f} at every phase "
+        "(mean {:.3f}): the model does not do the task",
+        *s.shortcut, s.mean_acc);
+    return v;
+  }
   std::string checks;
   auto add = [&](bool ok, const std::string& text) {
     v.passed = v.passed && ok;

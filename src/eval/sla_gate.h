@@ -12,7 +12,9 @@
 // *might* be out of bounds, not only one whose worst phase surely is. The price is that a sweep
 // with too few examples fails for lack of evidence (a wide interval); more examples narrow it.
 // The gap's interval is biased upward when phases are close (report.h), which makes the gate
-// stricter, never laxer.
+// stricter, never laxer. A summary with fewer outcomes than planned, or with no phase above the
+// task's shortcut, fails whatever its intervals (stats.h PhaseSummary::complete,
+// at_or_below_shortcut): the report's verdict withholds its answer for both.
 #pragma once
 #include <optional>
 #include <string>

@@ -613,7 +613,18 @@ nlohmann::json PhaseSummary::to_json() const {
                   {"permutations", options.permutations},
                   {"seed", options.seed},
                   {"resampling_unit", "example_id"}};
+  j["planned_outcomes"] = planned_outcomes > 0 ? json(planned_outcomes) : json(nullptr);
+  j["complete"] = complete();
+  j["shortcut_ceiling"] = shortcut ? json(*shortcut) : json(nullptr);
+  j["at_or_below_shortcut"] = at_or_below_shortcut();
   return j;
+}
+
+bool PhaseSummary::at_or_below_shortcut() const {
+  if (!shortcut || phases.empty()) return false;
+  for (const PhaseRow& p : phases)
+    if (p.ci_lo > *shortcut) return false;
+  return true;
 }
 
 PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
@@ -644,6 +655,11 @@ PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
     const nlohmann::json& options = field(j, "options");
     s.options = {field(options, "bootstrap_reps").get<int>(),
                  field(options, "permutations").get<int>(), field(options, "seed").get<uint64_t>()};
+    // Written since the verdict knew about incomplete runs and the shortcut; older files lack them.
+    if (j.contains("planned_outcomes") && !j["planned_outcomes"].is_null())
+      s.planned_outcomes = j["planned_outcomes"].get<int64_t>();
+    if (j.contains("shortcut_ceiling") && !j["shortcut_ceiling"].is_null())
+      s.shortcut = number_or_nan(j["shortcut_ceiling"]);
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("summary JSON: ") + e.what());

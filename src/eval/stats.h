@@ -136,6 +136,17 @@ struct PhaseSummary {
   ChiSquareTest chi_square;
   PeriodDetection period;
   SummaryOptions options;
+  // Set by the command after summarize(), for the verdict (report.h phase_verdict) and the SLA
+  // gate: what the outcomes alone cannot tell.
+  //  planned_outcomes: the outcomes the run planned (items); more than `outcomes` means items
+  //    failed or were never scored, and no verdict is given from the rest. 0: not known.
+  //  shortcut: the accuracy reachable without reading keys (the task's shortcut ceiling); a
+  //    model not above it at any phase does not do the task, and its phases say nothing.
+  int64_t planned_outcomes = 0;
+  std::optional<double> shortcut;
+  bool complete() const { return planned_outcomes <= outcomes; }
+  // No phase's Wilson interval lies above the shortcut: the model is not shown to do the task.
+  bool at_or_below_shortcut() const;
 
   nlohmann::json to_json() const;
   // Reads what to_json wrote (e.g. summary.json files for `phasekv compare`). Throws

@@ -167,7 +167,7 @@ json build_meta(const SweepOptions& o, const json& described, const EvalRecord& 
                      {"scoring_seconds", run.seconds}};
   if (!t.first_error.empty()) meta["records"]["first_error"] = t.first_error;
   meta["mean_target_logprob_by_phase"] = t.mean_logprob_by_phase;
-  meta["shortcut_ceiling"] = shortcut_ceiling(o.task, o.seed, o.examples);
+  meta["shortcut_ceiling"] = shortcut_ceiling(o.task, o.seed, o.examples);  // also in the summary
   return meta;
 }
 
@@ -302,6 +302,8 @@ SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
   const Tally t = tally(result.run, condition, o.modulus);
   require_every_phase(t, result.run.path);
   result.summary = summarize(t.outcomes, o.modulus, stride.first, o.stats);
+  result.summary.planned_outcomes = result.run.items;
+  result.summary.shortcut = shortcut_ceiling(o.task, o.seed, o.examples);
   result.scored = result.run.scored;
   result.resumed = result.run.resumed;
   result.errors = t.errors;

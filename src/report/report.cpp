@@ -50,8 +50,11 @@ std::string phase_marks(const PhaseSummary& s, int r) {
                      s.split->boundary_phases.end()) {
     marks.push_back("boundary");
   }
-  if (r == s.worst_phase) marks.push_back("worst");
-  if (r == s.best_phase) marks.push_back("best");
+  // A flat profile has no worst or best phase (report.html leaves it unmarked too).
+  if (s.best_acc > s.worst_acc) {
+    if (r == s.worst_phase) marks.push_back("worst");
+    if (r == s.best_phase) marks.push_back("best");
+  }
   return fmt::format("{}", fmt::join(marks, ", "));
 }
 
@@ -131,6 +134,26 @@ Verdict phase_verdict(const PhaseSummary& s) {
                   boundary ? " (entry boundary)" : "", s.worst_acc, s.best_acc);
   const bool has_ci = !std::isnan(s.gap_ci_pp.lo) && !std::isnan(s.gap_ci_pp.hi);
   Verdict v;
+  if (!s.complete()) {
+    v.kind = VerdictKind::kIncomplete;
+    v.headline = "no verdict, incomplete";
+    v.detail = fmt::format(
+        "{} of {} outcomes ({} items failed or were not scored); the statistics of the rest are "
+        "not a result: rerun the same command to retry the missing items",
+        s.outcomes, s.planned_outcomes, s.planned_outcomes - s.outcomes);
+    return v;
+  }
+  if (s.at_or_below_shortcut()) {
+    v.kind = VerdictKind::kUninformative;
+    v.headline = "uninformative";
+    v.detail = fmt::format(
+        "accuracy at or below the shortcut {:.3f} at every phase (mean {:.3f}; best phase r = {} "
+        "at {:.3f}, its 95 % interval reaches down to {:.3f}): the model does not do the task, so "
+        "its phases show nothing about weak spots",
+        *s.shortcut, s.mean_acc, s.best_phase, s.best_acc,
+        s.phases.at(static_cast<size_t>(s.best_phase)).ci_lo);
+    return v;
+  }
   const bool tested = s.period.detected > 0 && s.period.permutations > 0;
   if (tested && s.period.p_value < 0.05) {
     v.kind = VerdictKind::kPhaseSensitive;

@@ -49,7 +49,18 @@ std::string report_html(const std::string& label, const PhaseSummary& summary,
 //    95 % CI [0.0, 2.1])", where ± is the largest distance of a phase's accuracy from the mean.
 //  - kNotTested: no permutation test (M has no divisor in [2, M/2], or 0 permutations); the
 //    accuracy part reads as for kNoPeriodDetected.
-enum class VerdictKind { kPhaseSensitive, kNoPeriodDetected, kNotTested };
+// Two kinds come first and withhold the answer (the SLA gate fails both):
+//  - kIncomplete: fewer outcomes than the run planned (PhaseSummary::planned_outcomes): "no
+//    verdict, incomplete: 642 of 2400 outcomes (1758 items failed or were not scored) ...".
+//  - kUninformative: no phase above the task's shortcut (PhaseSummary::at_or_below_shortcut): a
+//    model that does not do the task has no weak spot to find, whatever its flat profile says.
+enum class VerdictKind {
+  kPhaseSensitive,
+  kNoPeriodDetected,
+  kNotTested,
+  kIncomplete,
+  kUninformative
+};
 struct Verdict {
   VerdictKind kind = VerdictKind::kNotTested;
   std::string headline;  // "phase-sensitive", "no periodic weak spot detected", ...
