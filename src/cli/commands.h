@@ -23,6 +23,7 @@ void register_theory(CLI::App& app);
 void register_mitigations(CLI::App& app);
 void register_probe(CLI::App& app);
 void register_tokenizer(CLI::App& app);
+void register_calibrate(CLI::App& app);  // cmd_calibrate.cpp, docs/STATISTICS.md
 
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
 void set_threads(int n);
