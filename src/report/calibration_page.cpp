@@ -269,6 +269,59 @@ std::string fixes_list(const PageInputs& in) {
   return s;
 }
 
+// The gap, its interval, the SLA gate and the stride table, each as one sentence of numbers.
+std::string gap_sla_stride_sentences(const PageInputs& in) {
+  std::string s;
+  const auto flat = flat_by_examples(in);
+  if (!flat.empty()) {
+    s += "- **The gap** of a flat model (true gap 0, M = 24, accuracy 0.5) averages";
+    for (const auto* r : flat)
+      s += fmt::format(" {:.1f} pp at n = {}{}", r->gap_mean_pp, r->setting.examples,
+                       r == flat.back() ? "" : ",");
+    s += ": an observed gap of that size is what no phase effect looks like, not an effect.\n";
+    double lo = 1, hi = 0;
+    for (const auto* r : group(in, "null")) {
+      lo = std::min(lo, r->gap_ci_excludes_point.value());
+      hi = std::max(hi, r->gap_ci_excludes_point.value());
+    }
+    s += fmt::format(
+        "- **The gap's percentile interval** lies entirely above its own point estimate in "
+        "{:.1f} %–{:.1f} % of null datasets (the W8S8-tied-kv case of issue 42 is typical, "
+        "not rare).\n",
+        100 * lo, 100 * hi);
+    const Result& r = *flat.back();
+    for (size_t g = 0; g < r.sla_fail.size(); ++g)
+      s += fmt::format(
+          "- **The SLA gate** `--max-gap {:g}` fails a flat model (true gap 0) "
+          "{:.1f} % of the time with n = {} at M = 24 ({:.1f} % with n = {}).\n",
+          in.options.sla_max_gap_pp[g], 100 * r.sla_fail[g].value(), r.setting.examples,
+          100 * flat.front()->sla_fail[g].value(), flat.front()->setting.examples);
+  }
+  double lo = 1, hi = 0;
+  for (const auto* r : group(in, "power")) {
+    lo = std::min(lo, r->gap_covered.value());
+    hi = std::max(hi, r->gap_covered.value());
+  }
+  if (lo <= hi)
+    s += fmt::format(
+        "- **Coverage**: under the alternatives the gap's nominal 95 % interval "
+        "contains the true gap in {:.1f} %–{:.1f} % of datasets.\n",
+        100 * lo, 100 * hi);
+  for (const auto* r : group(in, "stride")) {
+    if (r->setting.modulus % r->setting.stride == 0) continue;
+    const auto& d = r->detected_count;
+    const auto top = std::max_element(d.begin(), d.end()) - d.begin();
+    s += fmt::format(
+        "- **Stride {} at M = {}** (a {:.0f} pp boundary dip, n = {}): the period "
+        "test reports period {} in {:.1f} % of datasets and the true stride in "
+        "{:.1f} %; it cannot report {}, which does not divide {}.\n",
+        r->setting.stride, r->setting.modulus, r->true_gap_pp, r->setting.examples, top,
+        100.0 * d[top] / r->setting.datasets, 100 * r->period_is_stride.value(), r->setting.stride,
+        r->setting.modulus);
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string describe_cpu() {
@@ -376,6 +429,7 @@ std::string statistics_markdown(const PageInputs& in) {
                              "independent outcomes");
   md += calibration_sentence("The suite report's interior test", calibration(repl, interior),
                              "prefix-padding replicas");
+  md += gap_sla_stride_sentences(in);
   md +=
       "\nWhat they mean for a user:\n\n"
       "- A **significant period** (p < 0.05) on data without replicas is a trustworthy "
@@ -434,8 +488,9 @@ std::string statistics_markdown(const PageInputs& in) {
   const auto prep = group(in, "power-replica");
   if (!prep.empty()) {
     md +=
-        "The interior dip with prefix-padding replicas (n = 100): power looks higher here for "
-        "the same reason the null rejects too often.\n\n";
+        "The interior dip with prefix-padding replicas (n = 100). Compare its rejection rates "
+        "with the replica rows of the null table: part of this \"power\" is the same "
+        "over-rejection.\n\n";
     md += power_table(prep) + "\n";
   }
 
@@ -449,6 +504,32 @@ std::string statistics_markdown(const PageInputs& in) {
   md += "## What section 2 must fix (measured here)\n\n";
   md += fixes_list(in) + "\n";
 
+  md +=
+      "## Why each test behaves as it does\n\n"
+      "- **Chi-square, independent outcomes**: an example's phases share its difficulty, so "
+      "the difference between two phases' accuracies varies less than for independent "
+      "draws (the example effect cancels); a test that assumes independence then overstates "
+      "the noise and rejects too rarely. Conservative means lost power, not false alarms.\n"
+      "- **Folded interior chi-square, replicas**: folding r mod S puts an example's M/S "
+      "replica copies into the same folded phase, so its outcomes there agree more than "
+      "independent ones would; the per-phase counts vary up to M/S times more than the test "
+      "assumes, and it over-rejects, the more the larger M/S (M/S = 2, 3, 6 here).\n"
+      "- **Period permutation, replicas**: shuffling an example's outcomes across all M "
+      "phases destroys the copies that the observed data has, so the permutation "
+      "distribution is narrower than the sampling distribution under a replica null. The "
+      "test is exact for its own null (exchangeable phases) and answers a different question "
+      "from the user's (is the population profile flat?). A permutation that keeps replicas "
+      "together (shuffle the S residues r mod S, moving each example's copies as one block) "
+      "would be exact for the user's null when replicas are exact.\n"
+      "- **Period test at accuracy 0.05 or 0.95, M = 8**: few failures (or successes) per "
+      "phase make the statistic discrete, and ties count against rejection, so the rate sits "
+      "below 5 %.\n"
+      "- **The gap** is a maximum minus a minimum of M noisy estimates: biased upward, by "
+      "about the expected range of M sampling errors when the profile is flat, and by less "
+      "when one phase dominates. A percentile bootstrap of the same statistic adds the bias "
+      "a second time (each replicate's max-min is again biased upward from the sample's), "
+      "so the interval sits above the truth: it excludes the point estimate often and covers "
+      "the true gap rarely.\n\n";
   md +=
       "## How to read these numbers\n\n"
       "- Each rate is a proportion over N simulated datasets; its Monte-Carlo SE is "
