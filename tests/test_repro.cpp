@@ -97,6 +97,16 @@ TEST(Repro, SuiteParsingMergesRunsAndNamesBadKeys) {
         << msg;
     EXPECT_NE(msg.find("e.g. 24"), std::string::npos) << msg;
   }
+  // The largest stride a config allows: the suggested modulus does not overflow.
+  test::write_text(dir / "huge.toml", std::string(kSuite) +
+                                          "\n[[run]]\nname = \"huge\"\nmodel.attention = { "
+                                          "stride = 2147483647, width = 2147483647 }\n");
+  try {
+    load_suite((dir / "huge.toml").string());
+    FAIL() << "stride 2^31 - 1 with modulus 8 must be refused at load";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("e.g. 17179869176"), std::string::npos) << e.what();
+  }
   const fs::path log = dir / "plan.log";
   EXPECT_NE(run(kBin + " repro --suite " + (dir / "s3.toml").string() + " --out " +
                     (dir / "out").string() + " --plan",

@@ -116,7 +116,8 @@ Suite load_suite(const std::string& path) {
       throw Error(fmt::format(
           "{}: its stride {} does not divide the suite's modulus {} ([suite] modulus; allowed: a "
           "multiple of every run's stride, e.g. {})",
-          where, stride, s.modulus, std::lcm(s.modulus, stride)));
+          where, stride, s.modulus,
+          std::lcm(int64_t{s.modulus}, int64_t{stride})));  // int64: a stride up to 2^31 - 1
     run.config = tc.source;
     if (r.contains("study")) run.study = study_from_json(r.at("study"), where + ": study");
     json_read::read(r, "depth_grid", run.depth_grid, where);
