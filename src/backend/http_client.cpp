@@ -73,8 +73,7 @@ std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
   t.retry.max_total_retries = o.max_total_retries;
   t.retry.base_delay_s = o.retry_base_delay_s;
   if (!(o.max_retry_after_s >= 0))
-    throw Error(fmt::format("--max-retry-after-s is {:g}", o.max_retry_after_s) +
-                " (allowed: >= 0)");
+    throw Error(fmt::format("--max-retry-after-s is {:g} (allowed: >= 0)", o.max_retry_after_s));
   t.retry.max_retry_after_s = o.max_retry_after_s;
   t.retry.give_up_after_s = o.give_up_after_s;
   t.adaptive.enabled = o.adaptive_concurrency;

@@ -10,6 +10,7 @@
 
 #include "eval/sla_gate.h"
 #include "util/error.h"
+#include "util/rng.h"
 
 namespace phasekv::calibrate {
 namespace {
@@ -28,14 +29,6 @@ double normal_quantile(double p) {
     (normal_cdf(mid) < p ? lo : hi) = mid;
   }
   return 0.5 * (lo + hi);
-}
-
-// splitmix64: a seed per (setting, dataset) that does not depend on the thread that runs it.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 const char* profile_name(Profile p) {
@@ -79,7 +72,7 @@ DatasetStats analyse(const Setting& s, const Options& o, const std::vector<doubl
   SummaryOptions so;
   so.bootstrap_reps = o.bootstrap_reps;
   so.permutations = o.permutations;
-  so.seed = mix(seed ^ 0x5eedULL);
+  so.seed = splitmix64(seed ^ 0x5eedULL);
   const PhaseSummary sum = summarize(outcomes, s.modulus, s.stride_given, so);
   DatasetStats d;
   d.period_p = sum.period.p_value;
@@ -164,13 +157,14 @@ Result run_setting(const Setting& s, const Options& o, int index) {
   res.true_gap_pp = 100.0 * (*mx - *mn);
 
   std::vector<DatasetStats> stats(s.datasets);
-  const uint64_t base = mix(o.seed ^ mix(static_cast<uint64_t>(index) + 1));
+  // Seeds per (setting, dataset), independent of the thread that runs them.
+  const uint64_t base = splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(index) + 1));
   const int threads = std::max(1, std::min(o.threads, s.datasets));
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t)
     pool.emplace_back([&, t] {
       for (int k = t; k < s.datasets; k += threads)
-        stats[k] = analyse(s, o, res.true_acc, mix(base + static_cast<uint64_t>(k)));
+        stats[k] = analyse(s, o, res.true_acc, splitmix64(base + static_cast<uint64_t>(k)));
     });
   for (auto& th : pool) th.join();
 
