@@ -8,8 +8,8 @@
 #include "model/indexer.h"
 #include "model/visibility.h"
 #include "runtime/session.h"
-#include "util/error.h"
 #include "test_util.h"
+#include "util/error.h"
 
 namespace phasekv {
 namespace {
@@ -173,7 +173,69 @@ TEST(Indexer, StreamingEqualsFullForwardAtEveryPrefillSplit) {
   }
 }
 
-bool is_indexer(const std::string& name) { return name.find(".index.") != std::string::npos; }
+// A moved grid (grid_offset o > 0) with a top-k below the number of entries: the indexer's
+// compressor pools on the layer's grid (entry j from tokens [jS+S-W-o, jS+S-o)) in the full
+// forward as in the streaming cache. At S = 3 the full forward of every prefix length T (for
+// o = 2, floor((T+o)/S)*S > T at two lengths in three, so keys pooled on the unmoved grid would
+// need tokens past T) equals the rows streamed token by token, and every prefill split equals
+// the full forward. Shared payloads over two lanes with vector gates (odd k) and per-slot maps
+// with scalar gates (even k); the dense twin (top-k covering every entry) must differ, so the
+// selection is exercised. Per-KV-head offsets cannot carry an indexer (one selection needs one
+// grid: ConfigErrorsNameTheKey).
+TEST(Indexer, MovedGridFullForwardEqualsStreamingAtEveryLengthAndSplit) {
+  const int64_t T = 20;
+  for (int o : {1, 2})
+    for (int k : {1, 2, 3, 4}) {
+      auto a = indexed(k, k % 2 == 1 ? 6 : 3);
+      a.stride = 3;
+      a.grid_offset = o;
+      a.index_heads = 2;
+      a.index_dim = 6;
+      if (k % 2 == 1)
+        a.gate = GateKind::kVector;
+      else
+        a.payload = PayloadKind::kPerSlot;
+      auto cfg = test::tiny_config(a);
+      cfg.rope_dims = 4;
+      const std::string where = "o=" + std::to_string(o) + " k=" + std::to_string(k);
+      auto m = make_model(cfg, 31);
+      auto tokens = random_tokens(T, cfg.vocab_size, 6)[0];
+      std::vector<int64_t> ids(tokens.data_ptr<int64_t>(), tokens.data_ptr<int64_t>() + T);
+      Session decoded(m);
+      std::vector<torch::Tensor> rows;
+      for (int64_t t = 0; t < T; ++t) rows.push_back(decoded.decode(ids[static_cast<size_t>(t)]));
+      auto streamed = torch::stack(rows);
+      torch::Tensor full;
+      {
+        torch::NoGradGuard g;
+        for (int64_t n = 1; n <= T; ++n) {
+          try {
+            full = m->forward(tokens.narrow(0, 0, n).unsqueeze(0))[0];
+          } catch (const Error& e) {
+            ADD_FAILURE() << where << " T=" << n << ": " << e.what();
+            full = torch::Tensor();
+            continue;
+          }
+          EXPECT_LE(max_abs_diff(full, streamed.narrow(0, 0, n)), 1e-4) << where << " T=" << n;
+        }
+        if (!full.defined()) continue;  // the throw at T is reported above
+        auto dense_cfg = cfg;
+        for (auto& l : dense_cfg.layers) l.index_topk = 1000;
+        auto dense = make_model(dense_cfg, 31)->forward(tokens.unsqueeze(0))[0];
+        EXPECT_GT(max_abs_diff(full, dense), 1e-3) << where << ": the selection changed nothing";
+      }
+      for (int64_t first = 1; first < T; ++first) {
+        Session chunked(m);
+        auto x = chunked.feed({ids.begin(), ids.begin() + first});
+        auto y = chunked.feed({ids.begin() + first, ids.end()});
+        EXPECT_LE(max_abs_diff(torch::cat({x, y}), full), 1e-4) << where << " split " << first;
+      }
+    }
+}
+
+bool is_indexer(const std::string& name) {
+  return name.find(".index.") != std::string::npos;
+}
 
 // f64 central differences. The output's gradient flows through the selected entries to every
 // attention parameter but the indexer's (the selection is piecewise constant: zero gradient and

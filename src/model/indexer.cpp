@@ -26,7 +26,8 @@ IndexerImpl::IndexerImpl(const ModelConfig& m, const AttentionConfig& attn)
 IndexerImpl::Tokens IndexerImpl::project(const torch::Tensor& x_in, int64_t tok0) {
   auto x = x_in.detach();
   const int64_t B = x.size(0), T = x.size(1);
-  auto pos = torch::arange(tok0, tok0 + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+  auto pos =
+      torch::arange(tok0, tok0 + T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
   Tokens t;
   t.q = rope.apply(linear(x, wq).view({B, T, heads, dim}).transpose(1, 2), pos);
   t.w = linear(x, ww) * (1.0 / std::sqrt(static_cast<double>(heads)));
@@ -34,13 +35,17 @@ IndexerImpl::Tokens IndexerImpl::project(const torch::Tensor& x_in, int64_t tok0
   return t;
 }
 
-torch::Tensor IndexerImpl::pool(const CompressorTokens& keys, int64_t tok0, int64_t j0, int64_t j1) {
-  return comp->pool(keys, tok0, j0, j1, /*o=*/0).first;
+torch::Tensor IndexerImpl::pool(const CompressorTokens& keys, int64_t tok0, int64_t j0,
+                                int64_t j1) {
+  // On the layer's grid (one grid, validated), as the streaming cache pools them: entry j of
+  // the indexer and of the layer cover the same tokens, and a query sees both at once.
+  return comp->pool(keys, tok0, j0, j1, cfg.grid_offset).first;
 }
 
 torch::Tensor IndexerImpl::scores(const Tokens& t, const torch::Tensor& keys) const {
   // [B, Hi, Tq, di] x [B, 1, di, E] -> [B, Hi, Tq, E]: every head against the one key set.
-  auto qk = torch::matmul(t.q, keys.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(dim)));
+  auto qk =
+      torch::matmul(t.q, keys.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(dim)));
   return (torch::relu(qk) * t.w.transpose(1, 2).unsqueeze(-1)).sum(1);
 }
 
@@ -61,8 +66,7 @@ torch::Tensor index_loss(const AttentionConfig& a, const torch::Tensor& scores,
   // A large finite fill (not -inf) keeps rows with no visible entry finite; their p is 0.
   auto logq = torch::log_softmax(scores.to(dt).masked_fill(~vis, -1e30), -1);
   auto kl = (p * (torch::log(p.clamp_min(1e-30)) - logq)).sum(-1);  // [B, Tq]
-  const double rows =
-      static_cast<double>(scores.size(0)) * vis.any(-1).sum().item<double>();
+  const double rows = static_cast<double>(scores.size(0)) * vis.any(-1).sum().item<double>();
   return kl.sum() / std::max(rows, 1.0);
 }
 

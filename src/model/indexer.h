@@ -27,7 +27,7 @@ struct IndexerImpl : torch::nn::Module {
   };
   // x: the layer's pre-normed input [B, T, D] at positions tok0.. (detached here).
   Tokens project(const torch::Tensor& x, int64_t tok0);
-  // The indexer keys of entries [j0, j1): [B, 1, j1-j0, di].
+  // The indexer keys of entries [j0, j1) on the layer's grid (its grid_offset): [B, 1, j1-j0, di].
   torch::Tensor pool(const CompressorTokens& keys, int64_t tok0, int64_t j0, int64_t j1);
   // I[b, t, j] for the queries of `t` against keys [B, 1, E, di] (entries 0..E-1): [B, Tq, E].
   torch::Tensor scores(const Tokens& t, const torch::Tensor& keys) const;
