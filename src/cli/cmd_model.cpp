@@ -18,6 +18,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/threads.h"
+#include "v4/model_dir.h"
 
 namespace phasekv::cli {
 
@@ -71,6 +72,20 @@ CLI::Validator at_least_one() {
       "INT>=1");
 }
 
+namespace {
+// `init` with a DeepSeek-V4 config.json (HF keys): a seeded random V4 checkpoint directory.
+void init_v4(const std::string& config, const std::string& out, uint64_t seed,
+             const std::string& dtype, bool force) {
+  const v4::V4Config cfg = v4::read_config(config);
+  if (v4::is_v4_model_dir(out) && !force)
+    throw Error("--out " + out + " already holds a DeepSeek-V4 model: pass --force to replace it");
+  v4::V4Model model(cfg);
+  model.init_random(seed);
+  v4::save_v4_dir(out, model, dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32);
+  std::cout << "wrote " << out << " (DeepSeek-V4, " << cfg.num_hidden_layers << " layers)\n";
+}
+}  // namespace
+
 void register_init(CLI::App& app) {
   auto* cmd = app.add_subcommand("init", "write a seeded, randomly initialised model directory");
   auto config = std::make_shared<std::string>();
@@ -87,6 +102,10 @@ void register_init(CLI::App& app) {
                 "replace a model already in --out (its weights, config, task, tokenizer, "
                 "training files and checkpoints)");
   cmd->callback([=] {
+    if (v4::is_v4_config_file(*config)) {
+      init_v4(*config, *out, *seed, *dtype, *force);
+      return;
+    }
     auto cfg = model_config_from_file(*config);
     // A new config and weights beside an old task.json and tokenizer.json would make a model
     // that sweeps at 0.000 without a word: refuse, as `train` does, or clear it all.
@@ -186,6 +205,39 @@ std::vector<int64_t> parse_tokens(const std::string& s, int64_t vocab) {
 }
 }  // namespace
 
+namespace {
+void print_logits(torch::Tensor logits, const std::vector<int64_t>& ids, bool stream,
+                  const std::string& out) {
+  logits = logits.contiguous().to(torch::kFloat64);
+  nlohmann::json j;
+  j["tokens"] = ids;
+  j["mode"] = stream ? "stream" : "full";
+  j["logits"] = nlohmann::json::array();
+  for (int64_t t = 0; t < logits.size(0); ++t) {
+    auto row = logits[t];
+    j["logits"].push_back(
+        std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + row.numel()));
+  }
+  if (out.empty())
+    std::cout << j.dump() << "\n";
+  else
+    write_file_atomic(out, j.dump() + "\n");
+}
+
+// `logits` on a DeepSeek-V4 checkpoint directory: the full forward (no streaming session yet).
+torch::Tensor v4_logits(const std::string& dir, const std::string& tokens, bool stream,
+                        std::vector<int64_t>& ids) {
+  if (stream)
+    throw Error("--stream: " + dir +
+                " is a DeepSeek-V4 model, which has no streaming session yet (allowed: the full "
+                "forward, without --stream)");
+  const v4::V4Model model = v4::load_v4_dir(dir);
+  ids = parse_tokens(tokens, model.cfg.vocab_size);
+  torch::NoGradGuard no_grad;
+  return model.forward(torch::tensor(ids, torch::kInt64));
+}
+}  // namespace
+
 void register_logits(CLI::App& app) {
   auto* cmd = app.add_subcommand("logits", "print the logits of a token sequence as JSON");
   auto dir = std::make_shared<std::string>();
@@ -206,8 +258,13 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--out", *out, "write JSON here instead of stdout")->check(output_file());
   cmd->callback([=] {
     set_threads(0);
+    std::vector<int64_t> ids;
+    if (v4::is_v4_model_dir(*dir)) {
+      print_logits(v4_logits(*dir, *tokens, *stream, ids), ids, *stream, *out);
+      return;
+    }
     auto model = load_model_dir(*dir);
-    auto ids = parse_tokens(*tokens, model->cfg.vocab_size);
+    ids = parse_tokens(*tokens, model->cfg.vocab_size);
     if (static_cast<int64_t>(ids.size()) > model->cfg.max_context)
       throw Error("--tokens: " + std::to_string(ids.size()) + " tokens exceed max_context " +
                   std::to_string(model->cfg.max_context));
@@ -225,20 +282,7 @@ void register_logits(CLI::App& app) {
       torch::NoGradGuard g;
       logits = model->forward(torch::tensor(ids, torch::kInt64).unsqueeze(0)).squeeze(0);
     }
-    logits = logits.contiguous().to(torch::kFloat64);
-    nlohmann::json j;
-    j["tokens"] = ids;
-    j["mode"] = *stream ? "stream" : "full";
-    j["logits"] = nlohmann::json::array();
-    for (int64_t t = 0; t < logits.size(0); ++t) {
-      auto row = logits[t];
-      j["logits"].push_back(
-          std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + row.numel()));
-    }
-    if (out->empty())
-      std::cout << j.dump() << "\n";
-    else
-      write_file_atomic(*out, j.dump() + "\n");
+    print_logits(logits, ids, *stream, *out);
   });
 }
 

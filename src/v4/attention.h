@@ -1,0 +1,30 @@
+// DeepSeek-V4's attention, one layer, full sequence (positions 0..T-1).
+//   q    = RMSNorm_h( W_qb RMSNorm(W_qa y) )            per head, weightless; [T, H, hd]
+//   kv   = RMSNorm(W_kv y)                               one KV head, K = V; [T, hd]
+//   q, kv rotated at their positions (last rd dims, interleaved pairs)
+//   keys = the raw kv of the window (0 <= t - s < sliding_window), then, on a compressed layer,
+//          the compressor's entries visible to t (and, at ratio 4, picked by the indexer)
+//   o_h  = softmax over keys and the head's sink of (q_h . k / sqrt(hd)), times the same keys
+//   o_h rotated back at t (the values carry the keys' rotation), heads split in o_groups groups,
+//   each projected by its block of wo_a to o_lora_rank dims, then wo_b.
+#pragma once
+#include <torch/torch.h>
+
+#include "v4/config.h"
+#include "v4/weights.h"
+
+namespace phasekv::v4 {
+
+// y [T, d] (the normed block input) -> [T, d].
+torch::Tensor attention_forward(const V4Config& cfg, const TensorMap& w, int64_t layer,
+                                const torch::Tensor& y);
+
+// The indexer of a ratio-4 layer: which of the n visible entries each token attends to,
+// [T, n] bool. score(t, j) = sum_h relu(q_h(t) . k_j) w_h(t), w = W_proj y / sqrt(IH Id); the
+// top min(index_topk, n) scores among the visible entries are kept. qr: the query latent
+// RMSNorm(W_qa y) [T, q_lora_rank]. Selection carries no gradient (it is a choice).
+torch::Tensor indexer_select(const V4Config& cfg, const TensorMap& w, int64_t layer,
+                             const torch::Tensor& y, const torch::Tensor& qr,
+                             const torch::Tensor& visible);
+
+}  // namespace phasekv::v4

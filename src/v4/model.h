@@ -1,0 +1,36 @@
+// A DeepSeek-V4 model: its config and its tensors under the official names, and the full-sequence
+// forward (autograd-capable: every float tensor may require grad).
+//   X_0 = embed(token) copied into hc_mult streams
+//   per layer: X = hc(X, attention(RMSNorm(hc_pre X))); X = hc(X, MoE(RMSNorm(hc_pre X)))
+//   logits = head(RMSNorm(hc_head X))
+// Multi-token-prediction (MTP) layers are not part of the model: a checkpoint's mtp.* tensors
+// are skipped on load and not written.
+#pragma once
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "v4/config.h"
+#include "v4/weights.h"
+
+namespace phasekv::v4 {
+
+class V4Model {
+ public:
+  // Every tensor of tensor_specs(cfg), zero (init_random fills them).
+  explicit V4Model(V4Config cfg);
+
+  // Seeded random weights (the same seed gives the same tensors on every machine).
+  void init_random(uint64_t seed);
+  // tokens [T] int64 in [0, vocab) -> logits [T, vocab].
+  torch::Tensor forward(const torch::Tensor& tokens) const;
+  // The floating tensors (the hash tables are not parameters).
+  std::vector<torch::Tensor> parameters() const;
+  // Casts the floating tensors (f32 for runs and parity, f64 for gradient checks).
+  void to(torch::ScalarType dtype);
+
+  V4Config cfg;
+  TensorMap tensors;
+};
+
+}  // namespace phasekv::v4
