@@ -75,3 +75,25 @@ if [ ! -f "$openai_dir/node_modules/openai/package.json" ]; then
   echo "install-deps: npm ci in tests/openai (the openai client for the OpenAIClient test)"
   (cd "$openai_dir" && npm ci --no-audit --no-fund)
 fi
+
+# llama.cpp for the `llamacpp` tests and phasekv-llama-logits (DeepSeek-V4 parity, issue 40):
+# npm's node-llama-cpp 3.22.1 (its git bundle is llama.cpp release v0.5.0's source: headers,
+# gguf-py) and @node-llama-cpp/linux-x64 (the same release prebuilt for x86-64 CPUs). Only these
+# two: --omit=optional leaves out the ~600 MB of CUDA, Vulkan and other platforms' builds. The
+# same layout as scripts/interop-llamacpp.sh's WORK (which builds llama-server on top of it).
+# Measured: 15 s in all (npm cache warm; 85 MB installed), nothing when both are present.
+llama_dir=${PHASEKV_LLAMACPP_DIR:-$HOME/.cache/phasekv/llamacpp}
+llama_bins=$llama_dir/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
+llama_bundle=$llama_dir/npm/node_modules/node-llama-cpp/llama/gitRelease.bundle
+if [ ! -f "$llama_bins/libllama.v0.5.0.so" ] || [ ! -f "$llama_bundle" ]; then
+  echo "install-deps: npm install node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 into $llama_dir/npm"
+  mkdir -p "$llama_dir/npm"
+  npm install --prefix "$llama_dir/npm" --ignore-scripts --no-audit --no-fund --omit=optional \
+    node-llama-cpp@3.22.1 @node-llama-cpp/linux-x64@3.22.1 >"$llama_dir/npm.log" 2>&1 ||
+    { tail -n 20 "$llama_dir/npm.log" >&2; exit 1; }
+fi
+if [ ! -f "$llama_dir/src/include/llama.h" ]; then
+  echo "install-deps: cloning llama.cpp's source from node-llama-cpp's bundle into $llama_dir/src"
+  rm -rf "$llama_dir/src"
+  git -c advice.detachedHead=false clone -q "$llama_bundle" "$llama_dir/src"
+fi

@@ -37,10 +37,16 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import deepseek4_safetensors as st  # noqa: E402
 
+# gguf-py from PYTHONPATH, else from the llama.cpp source scripts/install-deps.sh clones.
+LLAMACPP_DIR = os.environ.get("PHASEKV_LLAMACPP_DIR",
+                              os.path.expanduser("~/.cache/phasekv/llamacpp"))
+sys.path.append(os.path.join(LLAMACPP_DIR, "src", "gguf-py"))
 try:
     import gguf
 except ImportError:
-    sys.exit("deepseek4_to_gguf.py: gguf-py not found; set PYTHONPATH=<llama.cpp>/gguf-py")
+    sys.exit(f"deepseek4_to_gguf.py: gguf-py not found on PYTHONPATH nor in {LLAMACPP_DIR}/src/"
+             "gguf-py (bash scripts/install-deps.sh installs it; or set PYTHONPATH=<llama.cpp>/"
+             "gguf-py)")
 
 T = gguf.MODEL_TENSOR
 
