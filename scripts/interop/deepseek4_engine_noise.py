@@ -25,9 +25,6 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import deepseek4_compare as cmp  # noqa: E402
-
 # (name, driver flags); the first is the reference.
 VARIANTS = [("fa off, ub 512, one call", ["--ub", "512"])]
 VARIANTS += [(f"fa off, ub {u}", ["--ub", str(u)]) for u in (1, 2, 3, 7, 16, 64, 128, 256)]

@@ -20,16 +20,26 @@ The hyper-connection maps are N(0, 0.5/(hc*d)) with scales near 1, the compresso
 No tokenizer is written: deepseek4_to_gguf.py gives the GGUF llama.cpp's token-id-only "test"
 vocabulary (tok_0 ... tok_{V-1}), and prompts are token ids on both sides.
 
-Usage: deepseek4_random.py OUT_DIR [--seed N] [--index-topk K] [--compress-ratios 0,0,4,128] ...
+--quantize writes the official quantized layout instead: the attention, compressor, indexer and
+shared-expert projections as FP8 (F8_E4M3 "X.weight" with F8_E8M0 128x128 block scales
+"X.scale"), the routed experts as MXFP4 (I8 "X.weight", two e2m1 codes per byte, F8_E8M0
+"X.scale" per 32 values), with DeepSeek's quantization_config and "expert_dtype": "fp4";
+--f32-twin DIR also writes the same model with every weight at its exact dequantized f32 value,
+so a loader of the quantized layout can be checked against the f32 one logit for logit.
+
+Usage: deepseek4_random.py OUT_DIR [--seed N] [--index-topk K] [--compress-ratios 0,0,4,128]
+                           [--quantize [--f32-twin DIR]] ...
 """
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deepseek4_quant as q  # noqa: E402
 import deepseek4_safetensors as st  # noqa: E402
 
 
@@ -69,6 +79,9 @@ def parse_args():
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--compress-rope-theta", type=float, default=160000.0)
     ap.add_argument("--norm-eps", type=float, default=1e-5, help="rms_norm_eps")
+    ap.add_argument("--quantize", action="store_true",
+                    help="the official layout: FP8 projections, MXFP4 routed experts")
+    ap.add_argument("--f32-twin", help="with --quantize: also write the exact f32 model here")
     return ap.parse_args()
 
 
@@ -205,6 +218,43 @@ def make_tensors(a, ratios):
     return t
 
 
+# The projections stored as FP8 in the quantized layout (norms, embeddings, the head, the router,
+# the hyper-connection maps, slot biases and sinks stay f32).
+FP8_RE = re.compile(r"layers\.\d+\.(attn\.(wq_a|wq_b|wkv|wo_a|wo_b|compressor\.wkv|compressor\.wgate|"
+                    r"indexer\.wq_b|indexer\.compressor\.wkv|indexer\.compressor\.wgate)|"
+                    r"ffn\.shared_experts\.w[123])\.weight$")
+EXPERT_RE = re.compile(r"layers\.\d+\.ffn\.experts\.\d+\.w[123]\.weight$")
+QUANTIZATION_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "scale_fmt": "ue8m0",
+                       "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
+
+
+def quantize(tensors):
+    """(the quantized layout, its exact f32 twin) of an f32 checkpoint."""
+    stored, twin = {}, {}
+    for name, w in tensors.items():
+        scale = name.removesuffix(".weight") + ".scale"
+        if FP8_RE.match(name):
+            codes, sb = q.quantize_fp8(w)
+            stored[name], stored[scale] = st.Tensor("F8_E4M3", codes), st.Tensor("F8_E8M0", sb)
+            twin[name] = q.dequant_fp8(stored[name], stored[scale], name)
+        elif EXPERT_RE.match(name):
+            packed, sb = q.quantize_mxfp4(w)
+            stored[name], stored[scale] = st.Tensor("I8", packed), st.Tensor("F8_E8M0", sb)
+            twin[name] = q.dequant_mxfp4(stored[name], stored[scale], name)
+        else:
+            stored[name] = twin[name] = w
+    return stored, twin
+
+
+def write_checkpoint(out_dir, cfg, tensors, seed):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+        f.write("\n")
+    st.write_file(os.path.join(out_dir, "model.safetensors"), tensors,
+                  {"format": "pt", "writer": "phasekv deepseek4_random.py", "seed": str(seed)})
+
+
 def main():
     a = parse_args()
     try:
@@ -212,18 +262,24 @@ def main():
     except ValueError:
         sys.exit(f"deepseek4_random.py: --compress-ratios {a.compress_ratios!r} is not a "
                  "comma-separated list of integers")
-    os.makedirs(a.out_dir, exist_ok=True)
+    if a.f32_twin and not a.quantize:
+        sys.exit("deepseek4_random.py: --f32-twin needs --quantize")
     cfg = make_config(a, ratios)
-    with open(os.path.join(a.out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
-        f.write("\n")
     tensors = make_tensors(a, ratios)
-    st.write_file(os.path.join(a.out_dir, "model.safetensors"), tensors,
-                  {"format": "pt", "writer": "phasekv deepseek4_random.py", "seed": str(a.seed)})
+    if a.quantize:
+        stored, twin = quantize(tensors)
+        write_checkpoint(a.out_dir, dict(cfg, quantization_config=QUANTIZATION_CONFIG,
+                                         expert_dtype="fp4"), stored, a.seed)
+        if a.f32_twin:
+            write_checkpoint(a.f32_twin, cfg, twin, a.seed)
+    else:
+        write_checkpoint(a.out_dir, cfg, tensors, a.seed)
     n_params = sum(int(v.size) for v in tensors.values())
     print(f"wrote {a.out_dir}: DeepseekV4ForCausalLM, {len(ratios)} layers (ratios "
           f"{a.compress_ratios}), d {a.hidden}, vocab {a.vocab}, {len(tensors)} tensors, "
-          f"{n_params / 1e6:.1f} M parameters, seed {a.seed}")
+          f"{n_params / 1e6:.1f} M parameters, seed {a.seed}"
+          + (", FP8 projections and MXFP4 experts" if a.quantize else "")
+          + (f"; its f32 twin in {a.f32_twin}" if a.f32_twin else ""))
 
 
 if __name__ == "__main__":

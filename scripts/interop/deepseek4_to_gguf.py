@@ -35,6 +35,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import deepseek4_quant as q  # noqa: E402
 import deepseek4_safetensors as st  # noqa: E402
 
 # gguf-py from PYTHONPATH, else from the llama.cpp source scripts/install-deps.sh clones.
@@ -222,107 +223,13 @@ def add_test_vocab(w, n_vocab):
     w.add_token_scores([0.0] * n_vocab)
 
 
-# --- dequantization (the exact values; numpy twins of src/io/quantized.cpp) -------------------
-
-def e4m3_table():
-    """The 256 float8_e4m3fn values: bias 7, no infinities, 0x7f/0xff are NaN."""
-    out = np.zeros(256, np.float32)
-    for b in range(256):
-        sign = -1.0 if b & 0x80 else 1.0
-        e, m = (b >> 3) & 0xF, b & 0x7
-        if e == 0xF and m == 0x7:
-            out[b] = np.nan
-        elif e == 0:
-            out[b] = sign * m * 2.0 ** -9  # subnormal: m/8 * 2^-6
-        else:
-            out[b] = sign * (1 + m / 8.0) * 2.0 ** (e - 7)
-    return out
-
-
-E4M3 = e4m3_table()
-# e2m1 (MXFP4) codes: 0, 0.5, 1, 1.5, 2, 3, 4, 6 and their negatives (bit 3 is the sign).
-E2M1 = np.array([0, .5, 1, 1.5, 2, 3, 4, 6, -0.0, -.5, -1, -1.5, -2, -3, -4, -6], np.float32)
-
-
-def e8m0_to_f32(bits):
-    """E8M0 scale bytes -> 2^(b-127); 0xff is NaN."""
-    out = np.ldexp(np.float32(1.0), bits.astype(np.int32) - 127).astype(np.float32)
-    out[bits == 0xFF] = np.nan
-    return out
-
-
-def scale_to_f32(t, name):
-    if t.dtype in ("F8_E8M0", "U8"):
-        return e8m0_to_f32(t.data)
-    if t.dtype == "F32":
-        return t.data.astype(np.float32)
-    if t.dtype == "BF16":
-        return st.bf16_to_f32(t.data)
-    raise ConvertError(f"{name}: scale dtype {t.dtype} (supported: F8_E8M0, F32, BF16)")
-
-
-def dequant_fp8(weight, scale, name, block=128):
-    """e4m3 [out, in] with one scale per 128x128 block ([ceil(out/128), ceil(in/128)]); the last
-    blocks are partial when a side is not a multiple of 128."""
-    rows, cols = weight.shape
-    s = scale_to_f32(scale, name)
-    want = (-(-rows // block), -(-cols // block))
-    if s.shape != want:
-        raise ConvertError(f"{name}: scale shape {s.shape}, expected {want} for a "
-                           f"{rows}x{cols} weight in {block}x{block} blocks")
-    s = np.repeat(np.repeat(s, block, 0)[:rows], block, 1)[:, :cols]
-    return E4M3[weight.data] * s
-
-
-def dequant_mxfp4(weight, scale, name):
-    """Packed [out, in/2] (element 2i in the low nibble) with E8M0 scales [out, in/32]."""
-    packed = weight.data.view(np.uint8)
-    rows, half = packed.shape
-    cols = half * 2
-    s = scale_to_f32(scale, name)
-    if cols % 32 or s.shape != (rows, cols // 32):
-        raise ConvertError(f"{name}: MXFP4 weight [{rows}, {half}] needs scales "
-                           f"[{rows}, {cols // 32}], got {list(s.shape)}")
-    codes = np.stack((packed & 0xF, packed >> 4), axis=-1).reshape(rows, cols)
-    return E2M1[codes] * np.repeat(s, 32, axis=1)
-
-
-def repack_mxfp4(weight, scale):
-    """Lossless: ggml's block_mxfp4 is one E8M0 byte then 16 bytes, byte j holding element j
-    (low nibble) and element j+16 (high nibble); conversion/base.py's repack_mxfp4_blocks."""
-    p = weight.data.view(np.uint8)
-    rows, half = p.shape
-    nb = half * 2 // 32
-    src = p.reshape(rows, nb, 16)
-    vals = np.stack((src & 0xF, src >> 4), axis=-1).reshape(rows, nb, 32)
-    qs = vals[:, :, :16] | (vals[:, :, 16:] << 4)
-    s = scale.data.view(np.uint8).reshape(rows, nb, 1)
-    return np.concatenate((s, qs.astype(np.uint8)), axis=-1).reshape(rows, nb * 17)
-
-
-def to_f32(tensors, name):
-    """A weight as f32: FP8 with its block scale, BF16/F16 widened, F32 as is."""
-    t = tensors[name]
-    if t.dtype == "F8_E4M3":
-        scale_name = name.removesuffix(".weight") + ".scale"
-        if scale_name not in tensors:
-            raise ConvertError(f"{name}: F8_E4M3 weight without {scale_name}")
-        return dequant_fp8(t, tensors[scale_name], scale_name)
-    if t.dtype == "BF16":
-        return st.bf16_to_f32(t.data)
-    if t.dtype in ("F32", "F16", "F64"):
-        return t.data.astype(np.float32)
-    raise ConvertError(f"{name}: dtype {t.dtype} (supported: F32, BF16, F16, F8_E4M3 with a "
-                       ".scale, I8 MXFP4 experts)")
-
-
 # --- tensors ----------------------------------------------------------------------------------
 
 def expert_f32(tensors, name):
     t = tensors[name]
     if t.dtype in ("I8", "U8"):  # MXFP4: two e2m1 codes per byte
-        return dequant_mxfp4(t, tensors[name.removesuffix(".weight") + ".scale"], name)
-    return to_f32(tensors, name)
+        return q.dequant_mxfp4(t, tensors[name.removesuffix(".weight") + ".scale"], name)
+    return q.to_f32(tensors, name)
 
 
 def add_experts(w, tensors, cfg, bid, mode):
@@ -334,7 +241,7 @@ def add_experts(w, tensors, cfg, bid, mode):
             raise ConvertError(f"missing routed expert tensor {missing[0]}")
         packed = tensors[names[0]].dtype in ("I8", "U8")
         if mode == "mxfp4" and packed:
-            data = np.stack([repack_mxfp4(tensors[n], tensors[n.removesuffix(".weight") +
+            data = np.stack([q.repack_mxfp4(tensors[n], tensors[n.removesuffix(".weight") +
                                                               ".scale"]) for n in names])
             w.add_tensor(gguf_name(key, bid, ".weight"), data,
                          raw_dtype=gguf.GGMLQuantizationType.MXFP4)
@@ -374,7 +281,7 @@ def add_tensors(w, tensors, cfg, expert_mode):
         if out is None:
             continue
         # Both sides keep torch's (out, in) row-major layout; gguf-py reverses it for ggml.
-        w.add_tensor(out, np.ascontiguousarray(to_f32(tensors, name)))
+        w.add_tensor(out, np.ascontiguousarray(q.to_f32(tensors, name)))
         written += 1
     for bid in range(cfg["num_hidden_layers"]):
         add_experts(w, tensors, cfg, bid, expert_mode)
