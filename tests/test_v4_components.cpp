@@ -69,7 +69,7 @@ TEST(V4Rope, YarnRampBetweenExtrapolationAndInterpolation) {
 }
 
 TEST(V4Compressor, VisibleFromTheTokenCompletingTheBlock) {
-  auto v = v4::entry_visible(9, 2, 4);
+  auto v = v4::entry_visible(0, 9, 2, 4);
   for (int64_t t = 0; t < 9; ++t)
     for (int64_t j = 0; j < 2; ++j)
       EXPECT_EQ(v[t][j].item<bool>(), t >= 4 * j + 3) << "t=" << t << " j=" << j;
@@ -150,8 +150,9 @@ TEST(V4Indexer, TopKPicksTheBestVisibleEntries) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(8);
   auto y = torch::randn({T, c.hidden_size}, gen, torch::kFloat64);
   auto qr = torch::randn({T, c.q_lora_rank}, gen, torch::kFloat64);
-  auto visible = v4::entry_visible(T, T / 4, 4);
-  auto picked = v4::indexer_select(c, m.tensors, layer, y, qr, visible);
+  auto visible = v4::entry_visible(0, T, T / 4, 4);
+  v4::CompressorCache keys_cache;
+  auto picked = v4::indexer_select(c, m.tensors, layer, y, qr, 0, visible, keys_cache);
   // The scores, recomputed from the definition.
   const v4::RopeParams rope = v4::layer_rope(c, layer);
   auto keys = v4::compress_entries(y,

@@ -45,6 +45,40 @@ TEST(V4Model, Causal) {
   }
 }
 
+// Prefill in pieces == the full forward, at every two-piece split and for fixed chunk sizes, in
+// f64 (the indexer keeps 2 of up to 10 entries, so a different selection would show).
+TEST(V4Model, StreamingEqualsFullAtEverySplit) {
+  v4::V4Model m = test::v4_small_model(21);
+  m.to(torch::kFloat64);
+  torch::NoGradGuard g;
+  const int64_t T = 40;
+  auto tokens = tokens_for(T, 32, 22);
+  auto full = m.forward(tokens);
+  auto pieces = [&](const std::vector<int64_t>& cuts) {
+    v4::V4Cache cache;
+    std::vector<torch::Tensor> out;
+    int64_t at = 0;
+    for (int64_t cut : cuts) {
+      out.push_back(m.forward(tokens.narrow(0, at, cut - at), cache));
+      at = cut;
+      // The cache holds what later tokens can read, no more.
+      for (int64_t i = 0; i < m.cfg.num_hidden_layers; ++i) {
+        EXPECT_LE(cache.layers[i].raw_kv.size(0), m.cfg.sliding_window - 1);
+        if (m.cfg.compress_ratios[i] > 0)
+          EXPECT_LT(cache.layers[i].entries.kv.size(0), 2 * m.cfg.compress_ratios[i]);
+      }
+    }
+    return torch::cat(out);
+  };
+  for (int64_t s = 1; s < T; ++s)
+    EXPECT_LT(test::max_abs_diff(pieces({s, T}), full), 1e-10) << "split at " << s;
+  for (int64_t chunk : {1, 3, 4, 5, 8, 9}) {
+    std::vector<int64_t> cuts;
+    for (int64_t at = chunk; at < T + chunk; at += chunk) cuts.push_back(std::min(at, T));
+    EXPECT_LT(test::max_abs_diff(pieces(cuts), full), 1e-10) << "chunk " << chunk;
+  }
+}
+
 // Central differences of sum(logits * R) against autograd, in f64, on a few elements of each kind
 // of tensor (the indexer's are left out: selection carries no gradient).
 TEST(V4Model, FiniteDifferenceGradients) {
@@ -181,6 +215,14 @@ TEST(V4Cli, InitThenLogits) {
   for (int64_t t = 0; t < 5; ++t)
     for (int64_t v = 0; v < 32; ++v)
       EXPECT_EQ(j["logits"][t][v].get<double>(), want[t][v].item<double>());
+  auto stream = test::run_command(bin + " logits --model " + model +
+                                  " --tokens 1,2,3,4,5 --stream --chunk 2");
+  ASSERT_EQ(stream.status, 0) << stream.err;
+  auto js = nlohmann::json::parse(stream.out);
+  EXPECT_EQ(js["mode"], "stream");
+  for (int64_t t = 0; t < 5; ++t)
+    for (int64_t v = 0; v < 32; ++v)
+      EXPECT_NEAR(js["logits"][t][v].get<double>(), want[t][v].item<double>(), 1e-5);
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 
 #include "cli/commands.h"
 #include "cli/path_options.h"
-
 #include "kernels/compute_threads.h"
 #include "model/model_dir.h"
 #include "model/precision.h"
@@ -224,17 +223,20 @@ void print_logits(torch::Tensor logits, const std::vector<int64_t>& ids, bool st
     write_file_atomic(out, j.dump() + "\n");
 }
 
-// `logits` on a DeepSeek-V4 checkpoint directory: the full forward (no streaming session yet).
+// `logits` on a DeepSeek-V4 checkpoint directory: the full forward, or with `stream` calls of
+// `chunk` tokens on one cache.
 torch::Tensor v4_logits(const std::string& dir, const std::string& tokens, bool stream,
-                        std::vector<int64_t>& ids) {
-  if (stream)
-    throw Error("--stream: " + dir +
-                " is a DeepSeek-V4 model, which has no streaming session yet (allowed: the full "
-                "forward, without --stream)");
+                        int64_t chunk, std::vector<int64_t>& ids) {
   const v4::V4Model model = v4::load_v4_dir(dir);
   ids = parse_tokens(tokens, model.cfg.vocab_size);
   torch::NoGradGuard no_grad;
-  return model.forward(torch::tensor(ids, torch::kInt64));
+  auto all = torch::tensor(ids, torch::kInt64);
+  if (!stream) return model.forward(all);
+  v4::V4Cache cache;
+  std::vector<torch::Tensor> parts;
+  for (int64_t at = 0; at < all.size(0); at += chunk)
+    parts.push_back(model.forward(all.narrow(0, at, std::min(chunk, all.size(0) - at)), cache));
+  return torch::cat(parts);
 }
 }  // namespace
 
@@ -260,7 +262,7 @@ void register_logits(CLI::App& app) {
     set_threads(0);
     std::vector<int64_t> ids;
     if (v4::is_v4_model_dir(*dir)) {
-      print_logits(v4_logits(*dir, *tokens, *stream, ids), ids, *stream, *out);
+      print_logits(v4_logits(*dir, *tokens, *stream, *chunk, ids), ids, *stream, *out);
       return;
     }
     auto model = load_model_dir(*dir);

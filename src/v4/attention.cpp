@@ -14,9 +14,9 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::vector<int64_t> positions(int64_t T) {
-  std::vector<int64_t> pos(T);
-  std::iota(pos.begin(), pos.end(), 0);
+std::vector<int64_t> positions(int64_t p0, int64_t n) {
+  std::vector<int64_t> pos(n);
+  std::iota(pos.begin(), pos.end(), p0);
   return pos;
 }
 
@@ -26,11 +26,22 @@ CompressorWeights compressor_weights(const TensorMap& w, int64_t layer, const st
           get(w, layer_name(layer, p + "norm.weight"))};
 }
 
-// [T, T] bool: raw token s is visible to t iff 0 <= t - s < window (llama.cpp's standard SWA).
-torch::Tensor window_visible(int64_t T, int64_t window) {
-  auto t = torch::arange(T, torch::kInt64).unsqueeze(1);
-  auto s = torch::arange(T, torch::kInt64).unsqueeze(0);
+// Appends the new rotated kv to the window cache; returns the visibility [n, rows] of its rows:
+// raw token s is visible to t iff 0 <= t - s < window (llama.cpp's standard SWA).
+torch::Tensor window_append(AttentionCache& c, const torch::Tensor& kv, int64_t p0,
+                            int64_t window) {
+  c.raw_kv = c.raw_kv.defined() ? torch::cat({c.raw_kv, kv}) : kv;
+  const int64_t end = p0 + kv.size(0);
+  auto t = torch::arange(p0, end, torch::kInt64).unsqueeze(1);
+  auto s = torch::arange(c.raw_start, end, torch::kInt64).unsqueeze(0);
   return (s <= t) & (t - s < window);
+}
+
+// Later tokens (t >= end) see only s > end - window.
+void window_trim(AttentionCache& c, int64_t end, int64_t window) {
+  const int64_t keep = std::max(c.raw_start, end - window + 1);
+  c.raw_kv = c.raw_kv.narrow(0, keep - c.raw_start, end - keep);
+  c.raw_start = keep;
 }
 
 // Softmax over the keys and one sink logit per head; the sink takes probability, no value.
@@ -57,33 +68,36 @@ torch::Tensor grouped_output(const V4Config& c, const TensorMap& w, int64_t laye
 }  // namespace
 
 torch::Tensor indexer_select(const V4Config& c, const TensorMap& w, int64_t layer,
-                             const torch::Tensor& y, const torch::Tensor& qr,
-                             const torch::Tensor& visible) {
+                             const torch::Tensor& y, const torch::Tensor& qr, int64_t p0,
+                             const torch::Tensor& visible, CompressorCache& cache) {
   torch::NoGradGuard no_grad;
   const int64_t T = y.size(0), n = visible.size(1);
-  if (n == 0) return visible;
   const RopeParams rope = layer_rope(c, layer);
-  auto keys = compress_entries(y, compressor_weights(w, layer, "attn.indexer.compressor."),
-                               c.compress_ratios[layer], true, rope, c.rms_norm_eps);
+  compress_append(cache, y, p0, compressor_weights(w, layer, "attn.indexer.compressor."),
+                  c.compress_ratios[layer], true, rope, c.rms_norm_eps);
+  if (n == 0) return visible;
+  const torch::Tensor& keys = cache.entries;
   auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.indexer.wq_b.weight")).t())
                .view({T, c.index_n_heads, c.index_head_dim});
-  q = rope_apply(q, rope_table(rope, positions(T), y.scalar_type()));
+  q = rope_apply(q, rope_table(rope, positions(p0, T), y.scalar_type()));
   auto weights =
       torch::matmul(y, get(w, layer_name(layer, "attn.indexer.weights_proj.weight")).t()) /
       std::sqrt(static_cast<double>(c.index_n_heads * c.index_head_dim));
   auto score = (torch::relu(torch::matmul(q, keys.t())) * weights.unsqueeze(-1)).sum(1);
   score = score.masked_fill(visible.logical_not(), -kInf);
+  // A stable sort: equal scores (relu's zeros) go to the lower index, in every chunking.
   const int64_t k = std::min(c.index_topk, n);
-  auto picked = torch::zeros_like(visible).scatter(1, std::get<1>(score.topk(k, 1)), true);
+  auto order = std::get<1>(score.sort(/*stable=*/true, 1, /*descending=*/true));
+  auto picked = torch::zeros_like(visible).scatter(1, order.narrow(1, 0, k), true);
   return picked & visible;
 }
 
 torch::Tensor attention_forward(const V4Config& c, const TensorMap& w, int64_t layer,
-                                const torch::Tensor& y) {
+                                const torch::Tensor& y, int64_t p0, AttentionCache& cache) {
   const int64_t T = y.size(0), H = c.num_attention_heads, hd = c.head_dim;
   const double eps = c.rms_norm_eps;
   const RopeParams rope = layer_rope(c, layer);
-  const RopeTable table = rope_table(rope, positions(T), y.scalar_type());
+  const RopeTable table = rope_table(rope, positions(p0, T), y.scalar_type());
   auto qr = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wq_a.weight")).t()), eps,
                      get(w, layer_name(layer, "attn.q_norm.weight")));
   auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.wq_b.weight")).t()).view({T, H, hd});
@@ -91,15 +105,18 @@ torch::Tensor attention_forward(const V4Config& c, const TensorMap& w, int64_t l
   auto kv = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wkv.weight")).t()), eps,
                      get(w, layer_name(layer, "attn.kv_norm.weight")));
   kv = rope_apply(kv, table);
-  auto keys = kv;
-  auto visible = window_visible(T, c.sliding_window);
+  auto visible = window_append(cache, kv, p0, c.sliding_window);
+  auto keys = cache.raw_kv;
+  window_trim(cache, p0 + T, c.sliding_window);
   const int64_t ratio = c.compress_ratios[layer];
   if (ratio > 0) {
-    auto entries = compress_entries(y, compressor_weights(w, layer, "attn.compressor."), ratio,
-                                    c.overlap(layer), rope, eps);
-    auto entry_vis = entry_visible(T, entries.size(0), ratio);
-    if (c.has_indexer(layer)) entry_vis = indexer_select(c, w, layer, y, qr, entry_vis);
-    keys = torch::cat({kv, entries});
+    CompressorCache& comp = cache.entries;
+    compress_append(comp, y, p0, compressor_weights(w, layer, "attn.compressor."), ratio,
+                    c.overlap(layer), rope, eps);
+    auto entry_vis = entry_visible(p0, T, comp.n_entries(), ratio);
+    if (c.has_indexer(layer))
+      entry_vis = indexer_select(c, w, layer, y, qr, p0, entry_vis, cache.index_keys);
+    keys = torch::cat({keys, comp.entries});
     visible = torch::cat({visible, entry_vis}, 1);
   }
   auto o = attend_with_sinks(q, keys, visible, get(w, layer_name(layer, "attn.attn_sink")));

@@ -1,4 +1,5 @@
-// DeepSeek-V4's attention, one layer, full sequence (positions 0..T-1).
+// DeepSeek-V4's attention, one layer, for tokens at positions [p0, p0 + n) after the p0 tokens
+// its cache holds (the full forward: p0 = 0 and an empty cache).
 //   q    = RMSNorm_h( W_qb RMSNorm(W_qa y) )            per head, weightless; [T, H, hd]
 //   kv   = RMSNorm(W_kv y)                               one KV head, K = V; [T, hd]
 //   q, kv rotated at their positions (last rd dims, interleaved pairs)
@@ -10,21 +11,31 @@
 #pragma once
 #include <torch/torch.h>
 
+#include "v4/compressor.h"
 #include "v4/config.h"
 #include "v4/weights.h"
 
 namespace phasekv::v4 {
 
-// y [T, d] (the normed block input) -> [T, d].
-torch::Tensor attention_forward(const V4Config& cfg, const TensorMap& w, int64_t layer,
-                                const torch::Tensor& y);
+// What a layer keeps between calls: the raw kv of the last sliding_window - 1 tokens (all a later
+// token can see) and the compressors' state (compressor.h).
+struct AttentionCache {
+  torch::Tensor raw_kv;  // [rows, hd], rotated: positions [raw_start, raw_start + rows)
+  int64_t raw_start = 0;
+  CompressorCache entries, index_keys;
+};
 
-// The indexer of a ratio-4 layer: which of the n visible entries each token attends to,
-// [T, n] bool. score(t, j) = sum_h relu(q_h(t) . k_j) w_h(t), w = W_proj y / sqrt(IH Id); the
-// top min(index_topk, n) scores among the visible entries are kept. qr: the query latent
-// RMSNorm(W_qa y) [T, q_lora_rank]. Selection carries no gradient (it is a choice).
+// y [n, d] (the normed block input at positions [p0, p0 + n)) -> [n, d]; appends to `cache`.
+torch::Tensor attention_forward(const V4Config& cfg, const TensorMap& w, int64_t layer,
+                                const torch::Tensor& y, int64_t p0, AttentionCache& cache);
+
+// The indexer of a ratio-4 layer: which of the n entries each token attends to, [n_tokens, n]
+// bool (`visible` says which it may; `keys` is the indexer's own compressor cache). score(t, j) =
+// sum_h relu(q_h(t) . k_j) w_h(t), w = W_proj y / sqrt(IH Id); the top min(index_topk, n) scores
+// among the visible entries are kept, ties to the lower index. qr: the query latent RMSNorm(W_qa y)
+// [T, q_lora_rank]. Selection carries no gradient (it is a choice).
 torch::Tensor indexer_select(const V4Config& cfg, const TensorMap& w, int64_t layer,
-                             const torch::Tensor& y, const torch::Tensor& qr,
-                             const torch::Tensor& visible);
+                             const torch::Tensor& y, const torch::Tensor& qr, int64_t p0,
+                             const torch::Tensor& visible, CompressorCache& keys);
 
 }  // namespace phasekv::v4

@@ -8,45 +8,77 @@ namespace phasekv::v4 {
 
 namespace {
 
-// The slot values and gates of every block: [n, slots, width] each.
-std::pair<torch::Tensor, torch::Tensor> block_slots(const torch::Tensor& kv,
-                                                    const torch::Tensor& gate, int64_t n,
-                                                    int64_t ratio, bool overlap) {
-  const int64_t lanes_width = kv.size(1);
-  auto k = kv.narrow(0, 0, n * ratio).view({n, ratio, lanes_width});
-  auto g = gate.narrow(0, 0, n * ratio).view({n, ratio, lanes_width});
+// Rows [from, from + count) of the cache as [count / ratio, ratio, lanes * width].
+torch::Tensor blocks_of(const torch::Tensor& rows, int64_t start, int64_t from, int64_t count,
+                        int64_t ratio) {
+  return rows.narrow(0, from - start, count).view({count / ratio, ratio, rows.size(1)});
+}
+
+// The slot values and gates of blocks [b0, b0 + nb): [nb, slots, width] each.
+std::pair<torch::Tensor, torch::Tensor> block_slots(const CompressorCache& c, int64_t b0,
+                                                    int64_t nb, int64_t ratio, bool overlap) {
+  auto k = blocks_of(c.kv, c.start, b0 * ratio, nb * ratio, ratio);
+  auto g = blocks_of(c.gate, c.start, b0 * ratio, nb * ratio, ratio);
   if (!overlap) return {k, g};
-  const int64_t width = lanes_width / 2;
+  const int64_t width = c.kv.size(1) / 2;
   // Lane 0 (channels [0, width)) is read by the next block, lane 1 by the block itself.
-  auto prev_k = torch::cat(
-      {torch::zeros({1, ratio, width}, kv.options()), k.narrow(0, 0, n - 1).narrow(2, 0, width)});
-  auto prev_g = torch::cat(
-      {torch::full({1, ratio, width}, -std::numeric_limits<double>::infinity(), gate.options()),
-       g.narrow(0, 0, n - 1).narrow(2, 0, width)});
-  return {torch::cat({prev_k, k.narrow(2, width, width)}, 1),
-          torch::cat({prev_g, g.narrow(2, width, width)}, 1)};
+  torch::Tensor prev_k, prev_g;
+  if (b0 == 0) {  // block 0: an empty previous half
+    prev_k =
+        torch::cat({torch::zeros({1, ratio, 2 * width}, c.kv.options()), k.narrow(0, 0, nb - 1)});
+    prev_g = torch::cat({torch::full({1, ratio, 2 * width},
+                                     -std::numeric_limits<double>::infinity(), c.gate.options()),
+                         g.narrow(0, 0, nb - 1)});
+  } else {
+    prev_k = blocks_of(c.kv, c.start, (b0 - 1) * ratio, nb * ratio, ratio);
+    prev_g = blocks_of(c.gate, c.start, (b0 - 1) * ratio, nb * ratio, ratio);
+  }
+  return {torch::cat({prev_k.narrow(2, 0, width), k.narrow(2, width, width)}, 1),
+          torch::cat({prev_g.narrow(2, 0, width), g.narrow(2, width, width)}, 1)};
+}
+
+torch::Tensor append_rows(const torch::Tensor& old, const torch::Tensor& rows) {
+  return old.defined() ? torch::cat({old, rows}) : rows;
 }
 
 }  // namespace
 
-torch::Tensor compress_entries(const torch::Tensor& y, const CompressorWeights& w, int64_t ratio,
-                               bool overlap, const RopeParams& rope, double norm_eps) {
-  const int64_t T = y.size(0), n = T / ratio;
-  const int64_t width = w.norm.size(0);
-  if (n == 0) return torch::zeros({0, width}, y.options());
-  auto kv = torch::matmul(y, w.wkv.t());
-  auto slot = torch::arange(T, torch::kInt64).remainder(ratio);
-  auto gate = torch::matmul(y, w.wgate.t()) + w.ape.index_select(0, slot);
-  auto [values, gates] = block_slots(kv, gate, n, ratio, overlap);
-  auto pooled = (torch::softmax(gates, 1) * values).sum(1);
-  auto entries = rms_norm(pooled, norm_eps, w.norm);
-  std::vector<int64_t> starts(n);
-  for (int64_t b = 0; b < n; ++b) starts[b] = b * ratio;
-  return rope_apply(entries, rope_table(rope, starts, y.scalar_type()));
+void compress_append(CompressorCache& c, const torch::Tensor& y, int64_t p0,
+                     const CompressorWeights& w, int64_t ratio, bool overlap,
+                     const RopeParams& rope, double norm_eps) {
+  const int64_t n = y.size(0), width = w.norm.size(0);
+  if (!c.entries.defined()) c.entries = torch::zeros({0, width}, y.options());
+  auto slot = torch::arange(p0, p0 + n, torch::kInt64).remainder(ratio);
+  c.kv = append_rows(c.kv, torch::matmul(y, w.wkv.t()));
+  c.gate = append_rows(c.gate, torch::matmul(y, w.wgate.t()) + w.ape.index_select(0, slot));
+  const int64_t b0 = c.n_entries(), nb = (p0 + n) / ratio - b0;
+  if (nb > 0) {
+    auto [values, gates] = block_slots(c, b0, nb, ratio, overlap);
+    auto pooled = rms_norm((torch::softmax(gates, 1) * values).sum(1), norm_eps, w.norm);
+    std::vector<int64_t> starts(nb);
+    for (int64_t b = 0; b < nb; ++b) starts[b] = (b0 + b) * ratio;
+    c.entries =
+        torch::cat({c.entries, rope_apply(pooled, rope_table(rope, starts, y.scalar_type()))});
+  }
+  // Keep the block in progress, and with overlap the last complete one (the next entry's lane 0).
+  const int64_t keep = std::max<int64_t>(0, c.n_entries() * ratio - (overlap ? ratio : 0));
+  if (keep > c.start) {
+    c.kv = c.kv.narrow(0, keep - c.start, c.kv.size(0) - (keep - c.start));
+    c.gate = c.gate.narrow(0, keep - c.start, c.gate.size(0) - (keep - c.start));
+    c.start = keep;
+  }
 }
 
-torch::Tensor entry_visible(int64_t T, int64_t n, int64_t ratio) {
-  auto visible_count = torch::div(torch::arange(1, T + 1, torch::kInt64), ratio, "floor");
+torch::Tensor compress_entries(const torch::Tensor& y, const CompressorWeights& w, int64_t ratio,
+                               bool overlap, const RopeParams& rope, double norm_eps) {
+  CompressorCache c;
+  compress_append(c, y, 0, w, ratio, overlap, rope, norm_eps);
+  return c.entries;
+}
+
+torch::Tensor entry_visible(int64_t p0, int64_t n_tokens, int64_t n, int64_t ratio) {
+  auto visible_count =
+      torch::div(torch::arange(p0 + 1, p0 + n_tokens + 1, torch::kInt64), ratio, "floor");
   return torch::arange(n, torch::kInt64).unsqueeze(0) < visible_count.unsqueeze(1);
 }
 

@@ -6,6 +6,11 @@
 // (zero values, -inf gates for block 0: an empty previous half) and the second half of its own
 // tokens. Entry b is rotated at its block's start position b ratio and becomes visible from the
 // token that completes the block, t = (b+1) ratio - 1 (llama.cpp: n_visible = (t+1) / ratio).
+//
+// The state is kept as a cache so that the full forward and streaming are one code path: the
+// full forward is one append to an empty cache. Between appends the cache holds the projected
+// rows of the block in progress (and, with overlap, of the block before it, whose first lane the
+// next entry still reads) and every entry pooled so far.
 #pragma once
 #include <torch/torch.h>
 
@@ -19,11 +24,24 @@ struct CompressorWeights {
   torch::Tensor norm;        // [width]
 };
 
-// y [T, d] -> the entries of the complete blocks, [T / ratio, width].
+struct CompressorCache {
+  torch::Tensor kv, gate;  // [rows, lanes * width]: positions [start, start + rows)
+  int64_t start = 0;
+  torch::Tensor entries;  // [n, width]: blocks [0, n), all complete
+  int64_t n_entries() const { return entries.defined() ? entries.size(0) : 0; }
+};
+
+// Appends the tokens y [n, d] at positions [p0, p0 + n) (p0 = the tokens appended so far) and
+// pools every block they complete.
+void compress_append(CompressorCache& cache, const torch::Tensor& y, int64_t p0,
+                     const CompressorWeights& w, int64_t ratio, bool overlap,
+                     const RopeParams& rope, double norm_eps);
+
+// The entries of the complete blocks of y [T, d] (positions 0..T-1): [T / ratio, width].
 torch::Tensor compress_entries(const torch::Tensor& y, const CompressorWeights& w, int64_t ratio,
                                bool overlap, const RopeParams& rope, double norm_eps);
 
-// [T, n] bool: entry j visible to token t iff j < (t + 1) / ratio.
-torch::Tensor entry_visible(int64_t T, int64_t n, int64_t ratio);
+// [n_tokens, n] bool: entry j visible to the token at position p0 + i iff j < (p0 + i + 1) / ratio.
+torch::Tensor entry_visible(int64_t p0, int64_t n_tokens, int64_t n, int64_t ratio);
 
 }  // namespace phasekv::v4

@@ -67,6 +67,11 @@ void V4Model::to(torch::ScalarType dtype) {
 }
 
 torch::Tensor V4Model::forward(const torch::Tensor& tokens) const {
+  V4Cache cache;
+  return forward(tokens, cache);
+}
+
+torch::Tensor V4Model::forward(const torch::Tensor& tokens, V4Cache& cache) const {
   if (tokens.dim() != 1 || tokens.scalar_type() != torch::kInt64)
     throw Error("v4 forward: tokens must be a 1-D int64 tensor");
   if (tokens.numel() > 0 &&
@@ -74,7 +79,8 @@ torch::Tensor V4Model::forward(const torch::Tensor& tokens) const {
     throw Error("v4 forward: token ids must lie in [0, " + std::to_string(cfg.vocab_size) + ")");
   const TensorMap& w = tensors;
   const double eps = cfg.rms_norm_eps;
-  const int64_t T = tokens.size(0);
+  const int64_t T = tokens.size(0), p0 = cache.n_tokens;
+  cache.layers.resize(cfg.num_hidden_layers);
   auto h = get(w, "embed.weight").index_select(0, tokens);
   auto x = h.unsqueeze(1).expand({T, cfg.hc_mult, cfg.hidden_size});
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
@@ -82,7 +88,7 @@ torch::Tensor V4Model::forward(const torch::Tensor& tokens) const {
         hc_mix(x, get(w, layer_name(i, "hc_attn_fn")), get(w, layer_name(i, "hc_attn_scale")),
                get(w, layer_name(i, "hc_attn_base")), cfg.hc_sinkhorn_iters, cfg.hc_eps, eps);
     auto y = rms_norm(hc_reduce(x, mix.pre), eps, get(w, layer_name(i, "attn_norm.weight")));
-    x = hc_expand(attention_forward(cfg, w, i, y), x, mix);
+    x = hc_expand(attention_forward(cfg, w, i, y, p0, cache.layers[i]), x, mix);
     mix = hc_mix(x, get(w, layer_name(i, "hc_ffn_fn")), get(w, layer_name(i, "hc_ffn_scale")),
                  get(w, layer_name(i, "hc_ffn_base")), cfg.hc_sinkhorn_iters, cfg.hc_eps, eps);
     y = rms_norm(hc_reduce(x, mix.pre), eps, get(w, layer_name(i, "ffn_norm.weight")));
@@ -91,6 +97,7 @@ torch::Tensor V4Model::forward(const torch::Tensor& tokens) const {
   auto out = hc_head(x, get(w, "hc_head_fn"), get(w, "hc_head_scale"), get(w, "hc_head_base"),
                      cfg.hc_eps, eps);
   out = rms_norm(out, eps, get(w, "norm.weight"));
+  cache.n_tokens += T;
   return torch::matmul(out, get(w, "head.weight").t());
 }
 

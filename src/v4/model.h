@@ -10,10 +10,17 @@
 
 #include <vector>
 
+#include "v4/attention.h"
 #include "v4/config.h"
 #include "v4/weights.h"
 
 namespace phasekv::v4 {
+
+// What the model keeps between calls: every layer's attention cache (attention.h).
+struct V4Cache {
+  int64_t n_tokens = 0;
+  std::vector<AttentionCache> layers;
+};
 
 class V4Model {
  public:
@@ -22,8 +29,12 @@ class V4Model {
 
   // Seeded random weights (the same seed gives the same tensors on every machine).
   void init_random(uint64_t seed);
-  // tokens [T] int64 in [0, vocab) -> logits [T, vocab].
+  // tokens [T] int64 in [0, vocab) -> logits [T, vocab]: the full forward (one call on an empty
+  // cache).
   torch::Tensor forward(const torch::Tensor& tokens) const;
+  // The next tokens after the cache's n_tokens; appends to the cache. Calls with any split of a
+  // sequence give the full forward's logits.
+  torch::Tensor forward(const torch::Tensor& tokens, V4Cache& cache) const;
   // The floating tensors (the hash tables are not parameters).
   std::vector<torch::Tensor> parameters() const;
   // Casts the floating tensors (f32 for runs and parity, f64 for gradient checks).
