@@ -190,6 +190,80 @@ TEST_F(LlamaCppV4, CompareScriptReportsPerPhaseAndFailsOverTolerance) {
   EXPECT_NE(fa.output.find("positions exceed it"), std::string::npos) << fa.output;
 }
 
+// phasekv's DeepSeek-V4 (src/v4, `phasekv logits`) against llama.cpp on the same checkpoint, 640
+// tokens (every phase of the ratio-4 and ratio-128 compressors), through scripts/v4-parity.sh.
+// Both run f32 with different GEMM kernels (oneDNN / ggml) and summation orders: measured max
+// |dlogit| 4.6e-6 with logits up to 4.2 (1e-6 relative). 1e-4 leaves 20x room and still fails
+// on any real disagreement: a flipped top-k selection moves logits by 1e-2 to 2e-1.
+double parity_max_abs(const std::string& hf, const std::string& out) {
+  const Shell r =
+      sh("TOKENS=640 TOL=1e-4 PHASEKV=" + std::string(PHASEKV_BINARY) + " DRIVER=" + kDriver +
+         " bash " + kSource + "/scripts/v4-parity.sh " + hf + " " + out);
+  EXPECT_EQ(r.status, 0) << r.output;
+  std::ifstream f(out + "/compare-phasekv.json");
+  if (!f) return INFINITY;
+  const auto j = nlohmann::json::parse(f);
+  EXPECT_EQ(j["n_tokens"], 640);
+  EXPECT_TRUE(j["top1_differs"].empty());
+  return j["max_abs"].get<double>();
+}
+
+TEST_F(LlamaCppV4, PhasekvMatchesLlamaCppAtEveryPositionAndPhase) {
+  EXPECT_LT(parity_max_abs(dir_ + "/hf", dir_ + "/parity"), 1e-4);
+}
+
+// With a real indexer top-k (8 of up to 160 entries) the two engines select the same entries at
+// every position: no position jumps (measured 4.9e-6 at worst over 3 x 1000 positions).
+TEST_F(LlamaCppV4, PhasekvMatchesLlamaCppWithARealTopK) {
+  const Shell w =
+      sh(kPython + " " + script("deepseek4_random.py") + " " + dir_ + "/hf-top8 --index-topk 8");
+  ASSERT_EQ(w.status, 0) << w.output;
+  EXPECT_LT(parity_max_abs(dir_ + "/hf-top8", dir_ + "/parity-top8"), 1e-4);
+}
+
+// The official quantized layout (FP8 projections with 128x128 E8M0 block scales, MXFP4 routed
+// experts) converts to exactly the model of its f32 twin: the converter's dequantization is
+// exact, so llama.cpp's logits are bitwise equal.
+TEST_F(LlamaCppV4, QuantizedLayoutConvertsToItsExactF32Twin) {
+  const Shell w = sh(kPython + " " + script("deepseek4_random.py") + " " + dir_ + "/hf-q " +
+                     "--quantize --f32-twin " + dir_ + "/hf-q-f32");
+  ASSERT_EQ(w.status, 0) << w.output;
+  // e4m3 and packed e2m1 bytes: a fifth of the f32 file's 86 MB (measured 17.3 MB).
+  EXPECT_LT(fs::file_size(dir_ + "/hf-q/model.safetensors"), 25u << 20);
+  for (const std::string m : {"hf-q", "hf-q-f32"}) {
+    const Shell c =
+        sh("PYTHONPATH=" + kGgufPy + " " + kPython + " " + script("deepseek4_to_gguf.py") + " " +
+           dir_ + "/" + m + " " + dir_ + "/" + m + ".gguf");
+    ASSERT_EQ(c.status, 0) << c.output;
+  }
+  auto run = [&](const std::string& m) {
+    sh(kDriver + " -m " + dir_ + "/" + m + ".gguf --random 600 --seed 1 -o " + dir_ + "/" + m +
+       ".npy");
+    return read_npy(dir_ + "/" + m + ".npy");
+  };
+  // The twin's values come from the converter's own decoder (deepseek4_quant.py), so check that
+  // decoder against a second derivation: every e4m3 code from its IEEE bit pattern.
+  const Shell codec = sh(kPython +
+                         " -c '"
+                         "import sys, struct, math; sys.path.insert(0, \"" +
+                         kSource +
+                         "/scripts/interop\"); import deepseek4_quant as q\n"
+                         "for b in range(256):\n"
+                         " s, e, m = b >> 7, (b >> 3) & 15, b & 7\n"
+                         " want = float(\"nan\") if (e, m) == (15, 7) else ((-1) ** s * m / 512 "
+                         "if e == 0 else struct.unpack(\"<f\", struct.pack(\"<I\", s << 31 | "
+                         "(e + 120) << 23 | m << 20))[0])\n"
+                         " got = float(q.E4M3[b])\n"
+                         " assert (math.isnan(want) and math.isnan(got)) or got == want, b\n"
+                         "assert list(q.E2M1[:8]) == [0, .5, 1, 1.5, 2, 3, 4, 6]\n"
+                         "assert list(q.E2M1[8:]) == [-x for x in q.E2M1[:8]]\n"
+                         "print(\"ok\")'");
+  EXPECT_EQ(codec.status, 0) << codec.output;
+  const Logits q = run("hf-q"), f = run("hf-q-f32");
+  ASSERT_EQ(q.rows, static_cast<size_t>(kTokens));
+  EXPECT_EQ(max_abs_diff(q, f), 0.0);
+}
+
 // What llama.cpp cannot load is refused before any tensor is read, naming the key.
 TEST_F(LlamaCppV4, ConverterRefusesWhatLlamaCppCannotLoad) {
   std::ifstream f(dir_ + "/hf/config.json");
