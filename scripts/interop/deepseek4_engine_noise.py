@@ -68,6 +68,11 @@ def make_model(out, name, topk):
 def measure(a, gguf, name):
     rows, ref = [], None
     for label, flags in VARIANTS:
+        if "--split" in flags:  # cuts at or past the prompt's end would be refused
+            i = flags.index("--split") + 1
+            cuts = [c for c in flags[i].split(",") if int(c) < a.tokens]
+            label = label.replace(flags[i], ",".join(cuts))
+            flags = flags[:i] + [",".join(cuts)] + flags[i + 1:]
         npy = os.path.join(a.out, f"{name}-{len(rows)}.npy")
         timing = json.loads(run([a.driver, "-m", gguf, "--random", str(a.tokens), "--seed",
                                  str(a.seed), "-t", str(a.threads), "-o", npy] + flags))
