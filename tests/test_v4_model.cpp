@@ -64,8 +64,9 @@ TEST(V4Model, StreamingEqualsFullAtEverySplit) {
       // The cache holds what later tokens can read, no more.
       for (int64_t i = 0; i < m.cfg.num_hidden_layers; ++i) {
         EXPECT_LE(cache.layers[i].raw_kv.size(0), m.cfg.sliding_window - 1);
-        if (m.cfg.compress_ratios[i] > 0)
+        if (m.cfg.compress_ratios[i] > 0) {
           EXPECT_LT(cache.layers[i].entries.kv.size(0), 2 * m.cfg.compress_ratios[i]);
+        }
       }
     }
     return torch::cat(out);

@@ -81,6 +81,7 @@ torch::Tensor V4Model::forward(const torch::Tensor& tokens, V4Cache& cache) cons
   const double eps = cfg.rms_norm_eps;
   const int64_t T = tokens.size(0), p0 = cache.n_tokens;
   cache.layers.resize(cfg.num_hidden_layers);
+  cache.expert_load.resize(cfg.num_hidden_layers);
   auto h = get(w, "embed.weight").index_select(0, tokens);
   auto x = h.unsqueeze(1).expand({T, cfg.hc_mult, cfg.hidden_size});
   for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
@@ -92,7 +93,7 @@ torch::Tensor V4Model::forward(const torch::Tensor& tokens, V4Cache& cache) cons
     mix = hc_mix(x, get(w, layer_name(i, "hc_ffn_fn")), get(w, layer_name(i, "hc_ffn_scale")),
                  get(w, layer_name(i, "hc_ffn_base")), cfg.hc_sinkhorn_iters, cfg.hc_eps, eps);
     y = rms_norm(hc_reduce(x, mix.pre), eps, get(w, layer_name(i, "ffn_norm.weight")));
-    x = hc_expand(moe_forward(cfg, w, i, y, tokens), x, mix);
+    x = hc_expand(moe_forward(cfg, w, i, y, tokens, &cache.expert_load[i]), x, mix);
   }
   auto out = hc_head(x, get(w, "hc_head_fn"), get(w, "hc_head_scale"), get(w, "hc_head_base"),
                      cfg.hc_eps, eps);

@@ -20,6 +20,7 @@ namespace phasekv::v4 {
 struct V4Cache {
   int64_t n_tokens = 0;
   std::vector<AttentionCache> layers;
+  std::vector<torch::Tensor> expert_load;  // per layer [E] int64: assignments so far
 };
 
 class V4Model {

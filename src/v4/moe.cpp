@@ -33,8 +33,13 @@ Routing moe_route(const V4Config& c, const TensorMap& w, int64_t layer, const to
 }
 
 torch::Tensor moe_forward(const V4Config& c, const TensorMap& w, int64_t layer,
-                          const torch::Tensor& y, const torch::Tensor& tokens) {
+                          const torch::Tensor& y, const torch::Tensor& tokens,
+                          torch::Tensor* load) {
   const Routing r = moe_route(c, w, layer, y, tokens);
+  if (load) {
+    auto counts = torch::bincount(r.experts.flatten(), {}, c.n_routed_experts);
+    *load = load->defined() ? *load + counts : counts;
+  }
   auto out = torch::zeros_like(y);
   for (int64_t e = 0; e < c.n_routed_experts; ++e) {
     auto chosen = r.experts == e;  // [T, k]

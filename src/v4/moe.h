@@ -23,8 +23,11 @@ struct Routing {
 // y [T, d], tokens [T] int64.
 Routing moe_route(const V4Config& cfg, const TensorMap& w, int64_t layer, const torch::Tensor& y,
                   const torch::Tensor& tokens);
+// `load`, when given, gets each expert's count of (token, slot) assignments added ([E] int64):
+// what the routing-bias update balances.
 torch::Tensor moe_forward(const V4Config& cfg, const TensorMap& w, int64_t layer,
-                          const torch::Tensor& y, const torch::Tensor& tokens);
+                          const torch::Tensor& y, const torch::Tensor& tokens,
+                          torch::Tensor* load = nullptr);
 // The clamped SwiGLU feed-forward, prefix "layers.{i}.ffn.experts.{e}." or "...shared_experts.".
 torch::Tensor swiglu_ffn(const TensorMap& w, const std::string& prefix, const torch::Tensor& y,
                          double limit);
