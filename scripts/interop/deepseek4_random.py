@@ -79,6 +79,10 @@ def parse_args():
     ap.add_argument("--rope-theta", type=float, default=10000.0)
     ap.add_argument("--compress-rope-theta", type=float, default=160000.0)
     ap.add_argument("--norm-eps", type=float, default=1e-5, help="rms_norm_eps")
+    ap.add_argument("--yarn-factor", type=float,
+                    help="add rope_scaling {type: yarn, factor, original_max_position_embeddings: "
+                         "--yarn-orig-ctx, beta_fast 32, beta_slow 1}, as DeepSeek's configs do")
+    ap.add_argument("--yarn-orig-ctx", type=int, default=256)
     ap.add_argument("--quantize", action="store_true",
                     help="the official layout: FP8 projections, MXFP4 routed experts")
     ap.add_argument("--f32-twin", help="with --quantize: also write the exact f32 model here")
@@ -86,6 +90,15 @@ def parse_args():
 
 
 def make_config(a, ratios):
+    cfg = base_config(a, ratios)
+    if a.yarn_factor:
+        cfg["rope_scaling"] = {"type": "yarn", "factor": a.yarn_factor, "beta_fast": 32,
+                               "beta_slow": 1,
+                               "original_max_position_embeddings": a.yarn_orig_ctx}
+    return cfg
+
+
+def base_config(a, ratios):
     return {
         "architectures": ["DeepseekV4ForCausalLM"],
         "model_type": "deepseek_v4",
