@@ -212,13 +212,16 @@ TEST_F(LlamaCppV4, PhasekvMatchesLlamaCppAtEveryPositionAndPhase) {
   EXPECT_LT(parity_max_abs(dir_ + "/hf", dir_ + "/parity"), 1e-4);
 }
 
-// With a real indexer top-k (8 of up to 160 entries) the two engines select the same entries at
-// every position: no position jumps (measured 4.9e-6 at worst over 3 x 1000 positions).
-TEST_F(LlamaCppV4, PhasekvMatchesLlamaCppWithARealTopK) {
-  const Shell w =
-      sh(kPython + " " + script("deepseek4_random.py") + " " + dir_ + "/hf-top8 --index-topk 8");
+// Real sparsity everywhere: the indexer keeps 8 of up to 160 entries, 8 routed experts of which 2
+// are used (routed scale 1.5), and layer 0 routes by its token -> experts hash table. The two
+// engines still select the same entries and experts at every position: no position jumps
+// (measured 4.8e-6; 4.9e-6 at worst over 3 x 1000 positions with top-k 8 alone).
+TEST_F(LlamaCppV4, PhasekvMatchesLlamaCppWithRealTopKAndRouting) {
+  const Shell w = sh(kPython + " " + script("deepseek4_random.py") + " " + dir_ +
+                     "/hf-sparse --index-topk 8 --hash-layers 1 --experts 8 --experts-per-tok 2 "
+                     "--moe-inter 256 --route-scale 1.5");
   ASSERT_EQ(w.status, 0) << w.output;
-  EXPECT_LT(parity_max_abs(dir_ + "/hf-top8", dir_ + "/parity-top8"), 1e-4);
+  EXPECT_LT(parity_max_abs(dir_ + "/hf-sparse", dir_ + "/parity-sparse"), 1e-4);
 }
 
 // DeepSeek's configs scale RoPE with YaRN (rope_scaling type yarn); with factor 16 over an
