@@ -195,10 +195,11 @@ TEST_F(LlamaCppV4, CompareScriptReportsPerPhaseAndFailsOverTolerance) {
 // Both run f32 with different GEMM kernels (oneDNN / ggml) and summation orders: measured max
 // |dlogit| 4.6e-6 with logits up to 4.2 (1e-6 relative). 1e-4 leaves 20x room and still fails
 // on any real disagreement: a flipped top-k selection moves logits by 1e-2 to 2e-1.
-double parity_max_abs(const std::string& hf, const std::string& out) {
+// `env` adds settings, e.g. STREAM_CHUNK=7: the streaming session compared too (exit status).
+double parity_max_abs(const std::string& hf, const std::string& out, const std::string& env = "") {
   const Shell r =
-      sh("TOKENS=640 TOL=1e-4 PHASEKV=" + std::string(PHASEKV_BINARY) + " DRIVER=" + kDriver +
-         " bash " + kSource + "/scripts/v4-parity.sh " + hf + " " + out);
+      sh(env + " TOKENS=640 TOL=1e-4 PHASEKV=" + std::string(PHASEKV_BINARY) +
+         " DRIVER=" + kDriver + " bash " + kSource + "/scripts/v4-parity.sh " + hf + " " + out);
   EXPECT_EQ(r.status, 0) << r.output;
   std::ifstream f(out + "/compare-phasekv.json");
   if (!f) return INFINITY;
@@ -221,7 +222,11 @@ TEST_F(LlamaCppV4, PhasekvMatchesLlamaCppWithRealTopKAndRouting) {
                      "/hf-sparse --index-topk 8 --hash-layers 1 --experts 8 --experts-per-tok 2 "
                      "--moe-inter 256 --route-scale 1.5");
   ASSERT_EQ(w.status, 0) << w.output;
-  EXPECT_LT(parity_max_abs(dir_ + "/hf-sparse", dir_ + "/parity-sparse"), 1e-4);
+  // Also phasekv's streaming session in calls of 7 tokens (measured 3.3e-6; 2.7e-6 in calls of 1).
+  EXPECT_LT(parity_max_abs(dir_ + "/hf-sparse", dir_ + "/parity-sparse", "STREAM_CHUNK=7"), 1e-4);
+  std::ifstream f(dir_ + "/parity-sparse/compare-phasekv-stream.json");
+  ASSERT_TRUE(f) << "the streamed run was not compared";
+  EXPECT_LT(nlohmann::json::parse(f)["max_abs"].get<double>(), 1e-4);
 }
 
 // DeepSeek's configs scale RoPE with YaRN (rope_scaling type yarn); with factor 16 over an
