@@ -70,10 +70,10 @@ torch::Tensor grouped_output(const V4Config& c, const TensorMap& w, int64_t laye
 torch::Tensor indexer_select(const V4Config& c, const TensorMap& w, int64_t layer,
                              const torch::Tensor& y, const torch::Tensor& qr, int64_t p0,
                              const torch::Tensor& visible, CompressorCache& cache) {
-  // DeepSeek's reference and llama.cpp both multiply the indexer's queries and keys by a
-  // Hadamard matrix; an orthogonal rotation of both leaves every q.k unchanged, so phasekv skips
-  // it. The reference also rounds them to FP8 (FP4 in V4-Flash); llama.cpp with an f32 cache
-  // does not, and neither does phasekv.
+  // llama.cpp multiplies the indexer's queries and keys by a Hadamard matrix (k_rot; DeepSeek's
+  // V3.2 reference does the same before rounding them to FP8); an orthogonal rotation of both
+  // leaves every q.k unchanged, so phasekv skips it. Low-precision rounding: llama.cpp with an
+  // f32 cache does none, and neither does phasekv (not checked against V4's own reference code).
   torch::NoGradGuard no_grad;
   const int64_t T = y.size(0), n = visible.size(1);
   const RopeParams rope = layer_rope(c, layer);

@@ -7,8 +7,8 @@
 // tokens. Entry b is rotated at its block's start position b ratio and becomes visible from the
 // token that completes the block, t = (b+1) ratio - 1 (llama.cpp: n_visible = (t+1) / ratio).
 //
-// DeepSeek's reference rounds the pooled entries to FP8 (its KV cache format); llama.cpp with an
-// f32 cache keeps them in f32, and so does phasekv (the engine it is compared with).
+// Precision: llama.cpp with an f32 cache keeps the entries in f32, and so does phasekv (the engine
+// it is compared with); DeepSeek's reference code stores its caches in low precision.
 //
 // The state is kept as a cache so that the full forward and streaming are one code path: the
 // full forward is one append to an empty cache. Between appends the cache holds the projected
