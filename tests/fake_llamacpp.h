@@ -23,8 +23,8 @@
 //     "exceed_context_size_error","n_prompt_tokens":N,"n_ctx":M}}.
 // Its model reads the text-kv prompts of the audit (backend/http_text_task.h) by induction: the
 // answer is what followed the query's last 7 tokens earlier in the prompt. A planted weak spot:
-// when that earlier key sits at a position p with p mod 4 == 3, the greedy token is the lone
-// UTF-8 lead byte 0xC3 instead (a period-4 artifact that a blind audit must find).
+// when that earlier key sits at a position p with p mod 4 == 3 (weak_period: 4), the greedy token
+// is the lone UTF-8 lead byte 0xC3 instead (a period-4 artifact that a blind audit must find).
 #pragma once
 #include <httplib.h>
 
@@ -103,7 +103,8 @@ class FakeLlamaServer {
   std::atomic<bool> first_attempt_429{false};
   std::atomic<int> http_429{0};
   std::atomic<int> peak_in_flight{0};
-  std::atomic<int> work_ms{0};  // time each /completion takes
+  std::atomic<int> work_ms{0};      // time each /completion takes
+  std::atomic<int> weak_period{4};  // the planted weak spot: key positions p mod P == P - 1
 
   // The model: the answer and the greedy token after `prompt` (the byte token at a weak spot).
   struct Prediction {
@@ -119,7 +120,8 @@ class FakeLlamaServer {
                      prompt.begin() + static_cast<long>(i))) {
         p.match = i;
         p.answer = prompt[i + kSuffix];
-        p.greedy = i % 4 == 3 ? byte_token_ : p.answer;
+        const size_t period = static_cast<size_t>(weak_period.load());
+        p.greedy = i % period == period - 1 ? byte_token_ : p.answer;
         return p;
       }
     }

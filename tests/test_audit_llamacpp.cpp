@@ -415,5 +415,28 @@ TEST(RateLimits, ConcurrencyHalvesOn429sAndEveryRequestSucceeds) {
   EXPECT_LT(s.http_429, 60) << "fewer 429s than requests: the limit settles near the server's";
 }
 
+// Strides that do not divide the blind audit's default modulus 24: the weak spot every 5 (and 7)
+// key positions is found from the records' key positions, as period 5 (7); the search over the
+// divisors of 24 alone reported 12.
+TEST(AuditBlind, AStrideThatDoesNotDivideTheModulusIsFoundFromKeyPositions) {
+  const fs::path out = test::temp_dir("llama_stride5");
+  for (int period : {5, 7}) {
+    FakeLlamaServer server;
+    server.weak_period = period;
+    const fs::path dir = out / std::to_string(period);
+    const Cli run = test::run_audit_cli(server.endpoint(), "any", dir, "",
+                                        "--modulus 24 --examples 10 --records 3 "
+                                        "--context-tokens 60");
+    ASSERT_EQ(run.status, 0) << run.log;
+    const json a = json::parse(read_file((dir / "audit.json").string()));
+    EXPECT_EQ(a["period"]["detected_period"], period) << a["period"].dump();
+    EXPECT_EQ(a["period"]["positions"], "key_pos");
+    EXPECT_TRUE(a["period"]["significant"].get<bool>());
+    EXPECT_NE(run.log.find("periods tested: every period 2..12 (key positions)"), std::string::npos)
+        << run.log;
+  }
+  fs::remove_all(out);
+}
+
 }  // namespace
 }  // namespace phasekv

@@ -133,16 +133,17 @@ std::pair<int, std::string> gated_sweep(const std::string& name, const fs::path&
 }
 
 // The worst-phase SLA gate on the issue's own pair: the chunked model's mean hides interior phases
-// near 0, so a gate of 3 pp / 0.9 blocks it (exit 4, after its reports are written); the control
-// passes the same gate (exit 0).
+// near 0, so a gate of 25 pp / 0.75 blocks it (exit 4, after its reports are written); the control
+// passes the same gate (exit 0). 30 examples at 8 phases bound a perfect control's gap by about
+// 17 pp and its worst phase by 0.80 (simultaneous intervals): a 3 pp gate needs ~200 examples.
 TEST(Bundled, SlaGateBlocksTheLookupChunkedModelAndPassesItsControl) {
   const fs::path dir = fresh_dir("sla_lookup");
-  const std::string gate = "--max-gap 3 --min-worst 0.9";
+  const std::string gate = "--max-gap 25 --min-worst 0.75";
   const auto [chunked, chunked_line] =
       gated_sweep("lookup-chunked", dir / "chunked", "lookup", 30, 8, gate);
   EXPECT_EQ(chunked, 4) << chunked_line;
   EXPECT_EQ(chunked_line.rfind("SLA FAILED: gap ", 0), 0u) << chunked_line;
-  EXPECT_NE(chunked_line.find("> --max-gap 3; worst phase r="), std::string::npos) << chunked_line;
+  EXPECT_NE(chunked_line.find("> --max-gap 25; worst phase r="), std::string::npos) << chunked_line;
   EXPECT_TRUE(fs::exists(dir / "chunked" / "report.html"));
   const auto [full, full_line] = gated_sweep("lookup-full", dir / "full", "lookup", 30, 8, gate);
   EXPECT_EQ(full, 0) << full_line;
@@ -189,11 +190,9 @@ TEST(Bundled, SlaGateJudgesTheConfidenceBoundNotThePointEstimate) {
   EXPECT_NE(percent.second.find("--min-worst is 95 (allowed: an accuracy as a fraction"),
             std::string::npos)
       << percent.second;
-  const auto no_ci = bad("--max-gap 5", 0);
-  EXPECT_EQ(no_ci.first, 2);
-  EXPECT_NE(no_ci.second.find("--bootstrap-reps 0 computes none"), std::string::npos)
-      << no_ci.second;
   EXPECT_FALSE(fs::exists(fresh / "results.jsonl"));
+  // The gate's intervals need no bootstrap: --bootstrap-reps 0 still gates.
+  EXPECT_EQ(bad("--max-gap 1", 0).first, 4);
   fs::remove_all(dir);
 }
 

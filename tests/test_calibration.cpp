@@ -1,6 +1,5 @@
 // The calibration study (eval/calibrate.h, docs/STATISTICS.md) in small: the period test's
-// false-positive rate on exchangeable null data, and the interior test's anti-conservativeness
-// under prefix-padding replicas (issue 42).
+// false-positive rate on exchangeable null data and under prefix-padding replicas (issue 42).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -53,20 +52,19 @@ TEST(Calibration, PeriodTestHoldsItsRateOnExchangeableNullData) {
   EXPECT_LT(r.period_reject.value(), 0.05 + 3.29 * se);
 }
 
-// Under replicas (phase r + 8 copies phase r with probability 0.95) the folded interior
-// chi-square counts each example's 3 near-copies as independent evidence. The study measures a
-// rate far above 5 %; asserting more than 15 % with 300 datasets cannot pass by chance for a
-// calibrated test (binomial(300, 0.05) >= 45 has probability below 1e-12), and the rate must
-// also exceed the same test's rate on exchangeable data.
-TEST(Calibration, InteriorTestIsAntiConservativeUnderReplicas) {
+// Under replicas (phase r + 8 copies phase r with probability 0.95) there is no population phase
+// effect, but an example's outcomes depend on r mod 8. Tests that count those copies as
+// independent (the folded chi-square) or treat phases as exchangeable (a within-example
+// permutation) rejected 36-53 % of such datasets at M = 24; the sign flips of whole examples
+// must hold the same 99.9 % binomial band as on exchangeable data.
+TEST(Calibration, PeriodAndInteriorTestsHoldTheirRateUnderReplicas) {
   const int N = 300;
   const Result rep = run_setting(null_setting(0.95, N), small_options(), 1);
-  const Result ind = run_setting(null_setting(0.0, N), small_options(), 2);
+  const double se = std::sqrt(0.05 * 0.95 / N);
   ASSERT_EQ(rep.interior_reject.n, N);
-  EXPECT_GT(rep.interior_reject.value(), 0.15);
-  EXPECT_GT(rep.interior_reject.value(), ind.interior_reject.value() + 0.10);
-  // On exchangeable data the same test is not anti-conservative.
-  EXPECT_LT(ind.interior_reject.value(), 0.05 + 3.29 * std::sqrt(0.05 * 0.95 / N));
+  EXPECT_LT(rep.interior_reject.value(), 0.05 + 3.29 * se);
+  EXPECT_LT(rep.period_reject.value(), 0.05 + 3.29 * se);
+  EXPECT_GT(rep.period_reject.value(), 0.05 - 3.29 * se);
 }
 
 TEST(Calibration, QuickRunWritesAPage) {
@@ -83,7 +81,7 @@ TEST(Calibration, QuickRunWritesAPage) {
   }
   const std::string md = statistics_markdown(in);
   EXPECT_NE(md.find("## Verdicts"), std::string::npos);
-  EXPECT_NE(md.find("| 5 | 24 | **no** |"), std::string::npos);
+  EXPECT_NE(md.find("| 5 | 24 | no |"), std::string::npos);
   EXPECT_EQ(results_json(in)["results"].size(), in.results.size());
 }
 

@@ -20,7 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-constexpr int kM = 8, kExamples = 20;
+// 200 examples: enough for an all-correct sweep's gap interval to lie below the 3 pp target
+// (its upper bound is about 5.5 / n at M = 8).
+constexpr int kM = 8, kExamples = 200;
 
 ModelCost engine_cost(const json& model, const std::string& where) {
   const ModelConfig m = model_config_from_json(model, where);
@@ -142,7 +144,7 @@ TEST(MitigationsReport, TargetLogicOnRealFigures) {
   // Ensembling 4 on the baseline's model: flat, same cache, higher mean: meets the target.
   const TargetCheck e4 = *judge(c, find(c, "W8S8 + ensemble4"), "prefix");
   EXPECT_TRUE(e4.met());
-  EXPECT_DOUBLE_EQ(e4.gap_hi_pp, 0.0);
+  EXPECT_LT(e4.gap_hi_pp, 3.0);
   EXPECT_DOUBLE_EQ(e4.bytes_x, 1.0);
   EXPECT_EQ(e4.why(), "");
   // 8 KV heads: flat and accurate, but 8x the cache bytes (1 head: 8x fewer entries and raw keys).
@@ -364,7 +366,7 @@ TEST(MitigationsReport, PageSectionAndParetoChart) {
   EXPECT_NE(page.find("  - W8S8-8kv: 8.00x the baseline's cache bytes, more than 1.25x.\n"),
             std::string::npos);
   // Seeds: ensemble4 flat on seed 0, a 20 pp dip on seed 1: the target holds on 1 of 2.
-  EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| ensemble4 \| 1\.000 / 1\.000 / 0\.0 pp \[0\.0, 0\.0\] \| 0\.975 / 0\.800 / 20\.0 pp [^|]*\| 1 of 2 seeds \|)")))
+  EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| ensemble4 \| 1\.000 / 1\.000 / 0\.0 pp \[0\.0, [0-9.]+\] \| 0\.975 / 0\.800 / 20\.0 pp [^|]*\| 1 of 2 seeds \|)")))
       << page;
   EXPECT_TRUE(std::regex_search(
       page, std::regex(R"(- \*\*On the suite's seeds, no candidate is shown to meet the target\.\*\* The baseline has 2 seeds [^\n]*\(none meets it on that one\)\. Closest across seeds: \*\*W8S8 \+ ensemble4\*\*, which meets it on 1 of 2 seeds; on the others: W8S8-seed1: gap CI upper bound [0-9.]+ pp, not below 3 pp\.\n)")))
@@ -518,7 +520,7 @@ TEST(MitigationsReport, CommandsListOnlyTheMissingSweeps) {
   // W8S8-seed1 (prefix only): ensemble2, ensemble8, recent-copy.
   EXPECT_EQ(count(out, "\n"), 2 + 4 + 3) << out;
   EXPECT_NE(out.find("phasekv sweep --model " + t.suite.string() +
-                     "/W8S8/model --task lookup --examples 20 --modulus 8 --padding prefix --seed 0 "
+                     "/W8S8/model --task lookup --examples 200 --modulus 8 --padding prefix --seed 0 "
                      "--threads 1 --ensemble 8 --out " + t.inference.string() + "/W8S8/prefix/ensemble8\n"),
             std::string::npos)
       << out;

@@ -190,8 +190,8 @@ TEST(Report, VerdictPhaseSensitive) {
   const Verdict w = phase_verdict(sim);
   EXPECT_EQ(w.kind, VerdictKind::kPhaseSensitive);
   EXPECT_EQ(w.text().rfind("phase-sensitive: period 4 (p = " + format_p(sim.period.p_value) +
-                               "); worst phase r = " + std::to_string(sim.worst_phase) +
-                               " (entry boundary) at ",
+                               "; detected in 100 % of example resamples); worst phase r = " +
+                               std::to_string(sim.worst_phase) + " (entry boundary) at ",
                            0),
             0u)
       << w.text();

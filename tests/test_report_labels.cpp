@@ -32,13 +32,12 @@ PhaseSummary perfect_summary() {
 
 TEST(ReportHtml, TheWorstPhaseIntervalsSayWhichIsWhich) {
   const std::string html = report_html("weak", weak_summary(), nlohmann::json::object());
-  EXPECT_EQ(count(html, "<th>worst phase [95% bootstrap CI]</th>"), 1u) << html;
-  EXPECT_EQ(count(html, "<th>gap (best - worst) [95% bootstrap CI]</th>"), 1u);
+  EXPECT_EQ(count(html, "<th>worst phase [95% simultaneous CI]</th>"), 1u) << html;
+  EXPECT_EQ(count(html, "<th>gap (best - worst) [95% simultaneous CI]</th>"), 1u);
   EXPECT_EQ(count(html, "<th>95% Wilson CI</th>"), 1u);
   EXPECT_EQ(count(html, "95% CI]"), 0u) << "an interval without its kind";
   // The note says why the two intervals of the worst phase differ.
-  EXPECT_NE(html.find("the worst phase's is that of the minimum over all phases"),
-            std::string::npos);
+  EXPECT_NE(html.find("worst phase's covers whichever phase is worst"), std::string::npos);
 }
 
 TEST(ReportHtml, APerfectControlHasNoWorstPhase) {

@@ -66,6 +66,7 @@ struct AuditArgs {
   bool keep_prefix_cache = false, dry_run = false, fixed_concurrency = false;
   std::string request_cache, price_per_mtok, chat_template, reasoning;
   int max_tokens = 0;
+  int max_stride = 0;  // --max-stride: the largest stride the blind audit must resolve
   int log_samples = 0;
   SlaGate sla;
 };
@@ -91,25 +92,45 @@ json period_report(const std::vector<PhaseOutcome>& outcomes, const PhaseSummary
             {"gap_pp", s.gap_pp},
             {"worst_phase", s.worst_phase},
             {"best_phase", s.best_phase}};
+  const std::vector<int> tried = candidate_periods(s.modulus, s.period.positions_known);
+  j["periods_tested"] = tried;
+  j["positions"] = s.period.positions_known ? "key_pos" : "phase";
+  j["support"] = s.period.detected_support();
   const int P = s.period.detected;
   if (P < 2) return j;
+  // Residues of the key position: with positions known P need not divide M.
   std::vector<PhaseOutcome> folded = outcomes;
-  for (auto& o : folded) o.phase %= P;
+  for (auto& o : folded)
+    o.phase = static_cast<int>((s.period.positions_known ? o.key_pos : o.phase) % P);
   json rows = json::array();
   for (const auto& r : phase_table(folded, P))
     rows.push_back(
         {{"phase", r.r}, {"n", r.n}, {"acc", r.acc}, {"ci_lo", r.ci_lo}, {"ci_hi", r.ci_hi}});
   j["by_residue"] = rows;
-  j["summary_with_stride_" + std::to_string(P)] =
-      summarize(outcomes, s.modulus, P, stats).to_json();
+  if (s.modulus % P == 0)  // the interior/boundary split needs r mod M to fix p mod P
+    j["summary_with_stride_" + std::to_string(P)] =
+        summarize(outcomes, s.modulus, P, stats).to_json();
   return j;
 }
 
 std::string period_text(const json& p) {
-  if (p["detected_period"].is_null()) return "no candidate period (the modulus has no divisor)\n";
-  std::string t = fmt::format("detected period {} (permutation p = {}){}\n",
-                              p["detected_period"].get<int>(), format_p(p["p_value"].get<double>()),
-                              p["significant"].get<bool>() ? "" : "  -- not significant");
+  const auto tried = p["periods_tested"].get<std::vector<int>>();
+  const int M = p["modulus"].get<int>();
+  const std::string range =
+      tried.empty() ? std::string("none")
+      : p["positions"] == "key_pos"
+          ? fmt::format("every period {}..{} (key positions); a stride above {} needs --modulus "
+                        ">= 2 x stride",
+                        tried.front(), tried.back(), tried.back())
+          : fmt::format("the divisors of {} in [2, {}] only (no key positions)", M, M / 2);
+  if (p["detected_period"].is_null())
+    return fmt::format("no candidate period: M = {} leaves none to test\n", M);
+  std::string t = fmt::format(
+      "detected period {} (sign-flip p = {}; detected in {:.0f} % of example resamples){}\n"
+      "periods tested: {}\n",
+      p["detected_period"].get<int>(), format_p(p["p_value"].get<double>()),
+      100.0 * p["support"].get<double>(),
+      p["significant"].get<bool>() ? "" : "  -- not significant", range);
   t += fmt::format("per phase r mod {}:\n", p["detected_period"].get<int>());
   for (const auto& r : p["by_residue"])
     t += fmt::format("  r={:<3} n={:<6} acc {:.3f}  [{:.3f}, {:.3f}]\n", r["phase"].get<int>(),
@@ -342,6 +363,11 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
 
 void validate(const AuditArgs& a) {
   if (a.modulus < 2) throw Error("--modulus must be >= 2 (phases 0..M-1)");
+  if (a.max_stride < 0 || (a.max_stride > 0 && 2 * static_cast<int64_t>(a.max_stride) > a.modulus))
+    throw Error(fmt::format(
+        "--max-stride {} needs --modulus >= {} (a period is resolved from two repetitions within "
+        "one example's M phases); leave --modulus out to have it set",
+        a.max_stride, 2 * static_cast<int64_t>(a.max_stride)));
   check_phase_grid(a.examples, a.modulus, "--examples", "--modulus");  // before any allocation
   if (a.stride < 0 || (a.stride > 0 && a.modulus % a.stride != 0))
     throw Error(fmt::format("--stride {} must divide --modulus {} (or be 0 = unknown)", a.stride,
@@ -368,7 +394,7 @@ void validate(const AuditArgs& a) {
   parse_depths(a.depths, "--depths");
   if (a.needles < 1 || a.needles > a.records)
     throw Error(fmt::format("--needles is {} (allowed: 1..--records = {})", a.needles, a.records));
-  validate_sla(a.sla, a.bootstrap);
+  validate_sla(a.sla);
 }
 
 // The task of a phasekv-served model: --task-config FILE, else the server's model card.
@@ -899,7 +925,11 @@ void register_audit(CLI::App& app) {
       ->required()
       ->check(output_dir());
   cmd->add_option("--dialect", a->dialect, "auto|vllm|sglang|llamacpp");
-  cmd->add_option("--modulus", a->modulus, "M: phases r = key position mod M");
+  auto* modulus = cmd->add_option("--modulus", a->modulus, "M: phases r = key position mod M");
+  cmd->add_option("--max-stride", a->max_stride,
+                  "the largest stride to resolve blind: periods 2..M/2 are tested from the key "
+                  "positions, so this sets --modulus to 2 x K when --modulus is not given "
+                  "(default M = 24 resolves strides 2..12)");
   cmd->add_option("--examples", a->examples, "logical examples, each at every phase");
   cmd->add_option("--stride", a->stride, "known stride S for the statistics (0 = unknown)");
   cmd->add_option("--concurrency", a->concurrency, "requests in flight");
@@ -971,7 +1001,8 @@ void register_audit(CLI::App& app) {
   cmd->add_flag("--fixed-concurrency", a->fixed_concurrency,
                 "keep --concurrency on 429s (default: halve it, then creep back)");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
-  cmd->add_option("--permutations", a->permutations, "permutations of the period test");
+  cmd->add_option("--permutations", a->permutations,
+                  "sign flips of the period test (at least; more while p is small)");
   cmd->add_flag("--keep-prefix-cache", a->keep_prefix_cache,
                 "do not salt/disable the server's prefix cache (not recommended)");
   add_sla_options(cmd, a->sla);
@@ -980,7 +1011,10 @@ void register_audit(CLI::App& app) {
       "error; 4 the SLA gate failed; 5 the audit finished but some items ended as errors (no "
       "verdict; a rerun retries them); 6 stopped early, the server answered nothing for "
       "--give-up-after-s (results kept; a rerun resumes); 100 and up a usage error.");
-  cmd->callback([a] { run_audit(*a); });
+  cmd->callback([a, modulus] {
+    if (a->max_stride > 0 && modulus->count() == 0) a->modulus = std::max(a->modulus, 2 * a->max_stride);
+    run_audit(*a);
+  });
 }
 
 }  // namespace phasekv::cli

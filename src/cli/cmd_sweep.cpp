@@ -62,7 +62,7 @@ void run_sweep_command(const SweepArgs& a) {
   if (a.batch < 1) throw Error("--batch is " + std::to_string(a.batch) + " (allowed: >= 1)");
   if (a.bootstrap < 0 || a.permutations < 0)
     throw Error("--bootstrap-reps and --permutations must be >= 0");
-  validate_sla(a.sla, a.bootstrap);
+  validate_sla(a.sla);
   set_threads(a.threads);
   LocalBackend backend = LocalBackend::from_dir(a.model, a.threads, a.batch);
   SweepOptions o;
@@ -179,7 +179,7 @@ void register_sweep(CLI::App& app) {
       ->check(compute_threads());
   cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
-  cmd->add_option("--permutations", a->permutations, "permutations of the period test");
+  cmd->add_option("--permutations", a->permutations, "sign flips of the period test (at least; more while p is small)");
   cmd->add_option("--target-depth", a->target_depth,
                   "target record depth in [0, 1] (-1 random; -2: task.json's)");
   cmd->add_option("--ensemble", a->ensemble,

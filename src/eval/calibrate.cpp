@@ -8,28 +8,13 @@
 #include <random>
 #include <thread>
 
+#include "eval/cluster_tests.h"
 #include "eval/sla_gate.h"
 #include "util/error.h"
 #include "util/rng.h"
 
 namespace phasekv::calibrate {
 namespace {
-
-double normal_cdf(double x) {
-  return 0.5 * std::erfc(-x / std::sqrt(2.0));
-}
-
-// Phi^-1 by bisection: called once per phase and setting, so exactness beats speed.
-double normal_quantile(double p) {
-  if (p <= 0.0) return -INFINITY;
-  if (p >= 1.0) return INFINITY;
-  double lo = -40.0, hi = 40.0;
-  for (int i = 0; i < 200; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (normal_cdf(mid) < p ? lo : hi) = mid;
-  }
-  return 0.5 * (lo + hi);
-}
 
 const char* profile_name(Profile p) {
   switch (p) {
@@ -62,8 +47,10 @@ struct DatasetStats {
   int detected = 0;
   double chi_p = 1.0;
   double interior_p = NAN;
+  double stride_component_p = NAN, stride_residual_p = NAN;
   std::vector<bool> sla_failed;
-  double gap_pp = 0.0, gap_lo = 0.0, gap_hi = 0.0;
+  double gap_pp = 0.0, gap_lo = 0.0, gap_hi = 0.0, gap_bc = 0.0, null_gap = 0.0;
+  double support = 0.0;  // bootstrap share of the detected period (0 when not run)
 };
 
 DatasetStats analyse(const Setting& s, const Options& o, const std::vector<double>& acc,
@@ -72,13 +59,21 @@ DatasetStats analyse(const Setting& s, const Options& o, const std::vector<doubl
   SummaryOptions so;
   so.bootstrap_reps = o.bootstrap_reps;
   so.permutations = o.permutations;
+  so.max_permutations = o.permutations;  // fixed flips: the exact size is known (header)
+  so.period_bootstrap = s.group == "stride" ? o.period_bootstrap : 0;
   so.seed = splitmix64(seed ^ 0x5eedULL);
   const PhaseSummary sum = summarize(outcomes, s.modulus, s.stride_given, so);
   DatasetStats d;
   d.period_p = sum.period.p_value;
   d.detected = sum.period.detected;
   d.chi_p = sum.chi_square.p_value;
-  if (s.stride_given >= 3) d.interior_p = interior_chi_square_p(outcomes, s.stride_given);
+  if (sum.split && sum.split->interior_test.flips > 0)
+    d.interior_p = sum.split->interior_test.p_value;
+  if (sum.stride_test) {
+    d.stride_component_p = sum.stride_test->component.p_value;
+    d.stride_residual_p = sum.stride_test->residual.p_value;
+  }
+  d.support = sum.period.detected_support();
   for (double g : o.sla_max_gap_pp) {
     SlaGate gate;
     gate.max_gap_pp = g;
@@ -87,6 +82,8 @@ DatasetStats analyse(const Setting& s, const Options& o, const std::vector<doubl
   d.gap_pp = sum.gap_pp;
   d.gap_lo = sum.gap_ci_pp.lo;
   d.gap_hi = sum.gap_ci_pp.hi;
+  d.gap_bc = sum.gap_bc_pp;
+  d.null_gap = sum.null_gap_pp;
   return d;
 }
 
@@ -126,25 +123,21 @@ std::vector<PhaseOutcome> simulate(const Setting& s, const std::vector<double>& 
   out.reserve(static_cast<size_t>(s.examples) * s.modulus);
   std::vector<bool> row(s.modulus);
   for (int i = 0; i < s.examples; ++i) {
+    // Where the example's block of M phases starts, as in a real sweep: the target key sits at
+    // base + r (a multiple of M plus the phase), and the profile follows the key position mod
+    // S, which is not r mod S when S does not divide M.
+    const int64_t base = static_cast<int64_t>(s.modulus) * static_cast<int64_t>(rng() % 64);
     const double u = sd_u * normal(rng);
     for (int r = 0; r < s.modulus; ++r) {
+      const int64_t pos = base + r;
       if (s.replica > 0.0 && r >= s.stride && uniform(rng) < s.replica)
         row[r] = row[r - s.stride];
       else
-        row[r] = u + sd_e * normal(rng) < threshold[r];
-      out.push_back({i, r, static_cast<bool>(row[r])});
+        row[r] = u + sd_e * normal(rng) < threshold[pos % s.stride];
+      out.push_back({i, r, static_cast<bool>(row[r]), pos});
     }
   }
   return out;
-}
-
-double interior_chi_square_p(const std::vector<PhaseOutcome>& outcomes, int stride) {
-  std::vector<PhaseOutcome> folded;
-  folded.reserve(outcomes.size());
-  for (const auto& o : outcomes) folded.push_back({o.example_id, o.phase % stride, o.correct});
-  const auto rows = phase_table(folded, stride);
-  const std::vector<PhaseRow> interior(rows.begin(), rows.end() - 1);
-  return chi_square_homogeneity(interior).p_value;
 }
 
 Result run_setting(const Setting& s, const Options& o, int index) {
@@ -170,8 +163,17 @@ Result run_setting(const Setting& s, const Options& o, int index) {
 
   res.detected_count.assign(s.modulus + 1, 0);
   res.sla_fail.assign(o.sla_max_gap_pp.size(), Rate{});
-  double sum = 0.0, sq = 0.0;
+  double sum = 0.0, sq = 0.0, bc = 0.0, null_sum = 0.0, support = 0.0;
   for (const auto& d : stats) {
+    bc += d.gap_bc;
+    null_sum += d.null_gap;
+    support += d.support;
+    if (!std::isnan(d.stride_component_p)) {
+      ++res.stride_supported.n;
+      res.stride_supported.hits += d.stride_component_p < 0.05 && d.stride_residual_p >= 0.05;
+      ++res.stride_component_reject.n;
+      res.stride_component_reject.hits += d.stride_component_p < 0.05;
+    }
     const bool sig = d.period_p < 0.05;
     res.period_reject.hits += sig;
     res.period_is_stride.hits += sig && d.detected == s.stride;
@@ -195,6 +197,9 @@ Result run_setting(const Setting& s, const Options& o, int index) {
   res.period_reject.n = res.period_is_stride.n = res.chi_reject.n = n;
   res.gap_covered.n = res.gap_ci_excludes_point.n = n;
   res.gap_mean_pp = sum / static_cast<double>(n);
+  res.gap_bc_mean_pp = bc / static_cast<double>(n);
+  res.null_gap_mean_pp = null_sum / static_cast<double>(n);
+  res.mean_support = support / static_cast<double>(n);
   const double var = n > 1 ? (sq - sum * sum / n) / static_cast<double>(n - 1) : 0.0;
   res.gap_se_pp = std::sqrt(std::max(0.0, var) / static_cast<double>(n));
   res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -221,6 +226,11 @@ nlohmann::json Result::to_json(const Options& o) const {
                       {"chi_square_reject", rate_json(chi_reject)},
                       {"interior_reject", rate_json(interior_reject)},
                       {"observed_gap_pp", {{"mean", gap_mean_pp}, {"se", gap_se_pp}}},
+                      {"bias_corrected_gap_pp", gap_bc_mean_pp},
+                      {"null_gap_pp", null_gap_mean_pp},
+                      {"stride_component_reject", rate_json(stride_component_reject)},
+                      {"stride_supported", rate_json(stride_supported)},
+                      {"mean_period_support", mean_support},
                       {"gap_ci_covers_true", rate_json(gap_covered)},
                       {"gap_ci_excludes_point", rate_json(gap_ci_excludes_point)},
                       {"seconds", seconds}};

@@ -6,9 +6,7 @@
 // every phase, and under prefix padding phases r and r + S of one example are near copies (the
 // W8S8 profile repeats within 0.5 pp every 8 phases). This file simulates such sweeps with known
 // per-phase accuracies and runs the very functions a sweep runs (stats.h summarize, detect_period,
-// chi_square_homogeneity, sla_gate.h evaluate_sla) on them; nothing here re-implements a test,
-// except the suite report's interior test, whose few lines live in src/suite/runs.cpp's
-// fold_sweep (a file-reading helper) and are repeated once in interior_chi_square below.
+// chi_square_homogeneity, sla_gate.h evaluate_sla) on them; nothing here re-implements a test.
 //
 // The outcome model is a liability-threshold (probit) model, so that the per-phase marginal
 // accuracy is exactly the one asked for whatever the within-example correlation:
@@ -53,8 +51,9 @@ struct Setting {
 };
 
 struct Options {
-  int permutations = 199;    // per detect_period call (p < 0.05 <=> at most 8 of 199 exceed)
-  int bootstrap_reps = 200;  // per summarize call (gap interval, SLA gate)
+  int permutations = 199;     // per detect_period call (p < 0.05 <=> at most 8 of 199 exceed)
+  int bootstrap_reps = 200;   // per summarize call (bias-corrected gap)
+  int period_bootstrap = 50;  // example resamples for the detected period's support ("stride")
   int threads = 2;
   uint64_t seed = 42;
   std::vector<double> sla_max_gap_pp = {3, 5, 10};
@@ -75,8 +74,13 @@ struct Result {
   Rate period_is_stride;                // p < 0.05 and detected == stride
   std::vector<int64_t> detected_count;  // index P: datasets with p < 0.05 and detected == P
   Rate chi_reject;                      // chi_square_homogeneity p < 0.05 (all M phases)
-  Rate interior_reject;                 // the suite report's interior test; n = 0: not applicable
-  std::vector<Rate> sla_fail;           // per Options::sla_max_gap_pp: evaluate_sla fails
+  Rate interior_reject;           // the interior sign-flip test (summary); n = 0: not applicable
+  Rate stride_component_reject;   // "period = S": the S-fold is not flat (p < 0.05)
+  Rate stride_supported;          // ... and the residual test does not reject
+  double gap_bc_mean_pp = 0.0;    // mean bias-corrected gap
+  double null_gap_mean_pp = 0.0;  // mean of the summaries' null gap
+  double mean_support = 0.0;      // mean bootstrap support of the detected period
+  std::vector<Rate> sla_fail;     // per Options::sla_max_gap_pp: evaluate_sla fails
   double gap_mean_pp = 0.0, gap_se_pp = 0.0;  // observed gap (summary.gap_pp)
   Rate gap_covered;                           // gap_ci_pp contains true_gap_pp
   Rate gap_ci_excludes_point;                 // gap_pp outside its own interval
@@ -89,11 +93,6 @@ std::vector<double> true_profile(const Setting& s);
 
 // One simulated sweep: every example at every phase, (example, phase)-ordered.
 std::vector<PhaseOutcome> simulate(const Setting& s, const std::vector<double>& acc, uint64_t seed);
-
-// The suite report's interior test (src/suite/runs.cpp fold_sweep + report.cpp finding 4): fold
-// the outcomes mod S, take phases 0..S-2 of the fold and run chi_square_homogeneity on them, as
-// if every outcome were independent. Returns its p-value. Requires S >= 3 dividing the modulus.
-double interior_chi_square_p(const std::vector<PhaseOutcome>& outcomes, int stride);
 
 // Runs one setting: `datasets` simulated sweeps, each summarised as `phasekv sweep` does.
 Result run_setting(const Setting& s, const Options& o, int index);

@@ -195,7 +195,7 @@ Tally tally(const RunResult& run, const std::vector<std::string>& conditions, in
       continue;
     }
     const auto p = static_cast<size_t>(r.phase);
-    t.outcomes.push_back({r.example_id, r.phase, r.correct});
+    t.outcomes.push_back({r.example_id, r.phase, r.correct, r.key_pos});
     ++t.per_phase[p];
     if (r.censored) ++t.censored;
     if (r.target_logprob && std::isfinite(*r.target_logprob)) {

@@ -6,7 +6,7 @@
 
 namespace phasekv {
 
-void validate_sla(const SlaGate& gate, int bootstrap_reps) {
+void validate_sla(const SlaGate& gate) {
   if (gate.max_gap_pp && !(*gate.max_gap_pp >= 0.0 && *gate.max_gap_pp <= 100.0))
     throw Error(fmt::format("--max-gap is {} (allowed: percentage points in [0, 100], e.g. 3)",
                             *gate.max_gap_pp));
@@ -14,11 +14,6 @@ void validate_sla(const SlaGate& gate, int bootstrap_reps) {
     throw Error(
         fmt::format("--min-worst is {} (allowed: an accuracy as a fraction in [0, 1], e.g. 0.95)",
                     *gate.min_worst_acc));
-  if (gate.enabled() && bootstrap_reps < 1)
-    throw Error(fmt::format(
-        "--max-gap / --min-worst judge the bootstrap confidence interval, and --bootstrap-reps {} "
-        "computes none (allowed with the gate: >= 1, e.g. 2000)",
-        bootstrap_reps));
 }
 
 SlaVerdict evaluate_sla(const SlaGate& gate, const PhaseSummary& s) {

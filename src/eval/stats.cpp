@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "eval/cluster_tests.h"
 #include "util/error.h"
 #include "util/rng.h"
 
@@ -19,7 +20,6 @@ namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 // Significance level of the nested test that reduces a detected period to a divisor.
 constexpr double kNestedAlpha = 0.05;
-
 
 // ---------------------------------------------------------------------------------------------
 // Incomplete gamma function (Numerical Recipes 6.2), in log space for the upper tail so that
@@ -189,137 +189,144 @@ Interval percentile_interval(std::vector<double> values, double scale = 1.0) {
   return {scale * quantile_sorted(values, 0.025), scale * quantile_sorted(values, 0.975)};
 }
 
-struct BootstrapIntervals {
-  Interval gap_pp{kNaN, kNaN};
-  Interval worst_acc{kNaN, kNaN};
-  Interval interior_gap_pp{kNaN, kNaN};
-};
-
-BootstrapIntervals cluster_bootstrap(const std::vector<Example>& examples, int modulus,
-                                     const std::vector<int>& interior, int reps, uint64_t seed) {
-  BootstrapIntervals out;
-  if (reps <= 0) return out;
+// The mean over example resamples of the gap: the bootstrap's estimate of E[gap], whose excess
+// over the observed gap estimates the gap's upward bias (a max minus a min of noisy phases).
+double mean_bootstrap_gap(const std::vector<Example>& examples, int modulus, int reps,
+                          uint64_t seed) {
+  if (reps <= 0) return kNaN;
   const std::vector<int> phases = all_phases(modulus);
-  std::vector<double> gaps, worst, interior_gaps;
+  double sum = 0.0;
+  int counted = 0;
   std::mt19937_64 rng(seed);
   for (int rep = 0; rep < reps; ++rep) {
     Counts counts(modulus);
     for (size_t i = 0; i < examples.size(); ++i)
       counts.add(examples[draw_below(rng, examples.size())]);
-    const std::vector<double> acc = counts.accuracies();
-    const Extremes all = extremes(acc, phases);
-    gaps.push_back(all.gap());
-    worst.push_back(all.worst_acc);
-    if (!interior.empty()) interior_gaps.push_back(extremes(acc, interior).gap());
+    const double gap = extremes(counts.accuracies(), phases).gap();
+    if (!std::isnan(gap)) sum += gap, ++counted;
   }
-  out.gap_pp = percentile_interval(gaps, 100.0);
-  out.worst_acc = percentile_interval(worst);
-  if (!interior.empty()) out.interior_gap_pp = percentile_interval(interior_gaps, 100.0);
-  return out;
+  return counted ? sum / counted : kNaN;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Period detection by folding. G2 (not Pearson's X2) because it decomposes exactly over nested
-// foldings: G2(fold mod P) = G2(fold mod D) + G2(within the D-groups) when D divides P, which is
-// what the reduction to the smallest adequate period tests.
+// Period detection: one Folded (cluster_tests.h) per candidate period, scored by fold_stat.
 
-std::vector<int> candidate_periods(int modulus) {
+struct PeriodFolds {
   std::vector<int> periods;
-  for (int p = 2; p <= modulus / 2; ++p) {
-    if (modulus % p == 0) periods.push_back(p);
-  }
-  return periods;
+  std::vector<Folded> folds;
+};
+
+PeriodFolds period_folds(const ClusterTable& t) {
+  PeriodFolds out;
+  out.periods = candidate_periods(t.modulus, t.positions_known);
+  for (int P : out.periods)
+    out.folds.push_back(fold_cells(t.y, t.n, t.modulus, labels_mod(t, P), P));
+  return out;
 }
 
-double xlogx_over(double observed, double expected) {
-  return observed > 0.0 ? observed * std::log(observed / expected) : 0.0;
-}
-
-double g2_folded(const std::vector<int64_t>& successes, const std::vector<int64_t>& trials,
-                 int period) {
-  std::vector<double> s(period, 0.0), n(period, 0.0);
-  for (size_t r = 0; r < trials.size(); ++r) {
-    s[r % period] += static_cast<double>(successes[r]);
-    n[r % period] += static_cast<double>(trials[r]);
+// Does the profile folded mod P reduce to the one folded mod D (D divides P)? The P group means
+// against the D means they collapse to, on P - D degrees of freedom, with P's within variance.
+double nested_p(const FoldStat& p, const FoldStat& d) {
+  const int P = static_cast<int>(p.mean.size()), D = static_cast<int>(d.mean.size());
+  if (p.vbar <= 1e-12) return 0.0;
+  double t = 0.0;
+  for (int g = 0; g < P; ++g) {
+    if (p.n[g] <= 0 || std::isnan(d.mean[g % D])) continue;
+    t += p.n[g] * (p.mean[g] - d.mean[g % D]) * (p.mean[g] - d.mean[g % D]);
   }
-  const double total = std::accumulate(n.begin(), n.end(), 0.0);
-  const double p = std::accumulate(s.begin(), s.end(), 0.0) / total;
-  double g2 = 0.0;
-  for (int g = 0; g < period; ++g) {
-    g2 += xlogx_over(s[g], n[g] * p) + xlogx_over(n[g] - s[g], n[g] * (1.0 - p));
-  }
-  return std::max(0.0, 2.0 * g2);
-}
-
-std::vector<PeriodScore> score_periods(const std::vector<int64_t>& successes,
-                                       const std::vector<int64_t>& trials,
-                                       const std::vector<int>& periods) {
-  std::vector<PeriodScore> scores;
-  for (int period : periods) {
-    PeriodScore s;
-    s.period = period;
-    s.g2 = g2_folded(successes, trials, period);
-    s.df = period - 1;
-    s.score = -chi_square_log10_sf(s.g2, s.df);
-    scores.push_back(s);
-  }
-  return scores;
-}
-
-double max_score(const std::vector<PeriodScore>& scores) {
-  double best = 0.0;
-  for (const PeriodScore& s : scores) best = std::max(best, s.score);
-  return best;
+  return chi_square_sf(t / p.vbar, P - D);
 }
 
 // The argmax period, reduced to its smallest divisor whose folding is not significantly worse.
-int parsimonious_period(const std::vector<PeriodScore>& scores) {
-  const PeriodScore* best = &scores.front();
-  for (const PeriodScore& s : scores) {
-    if (s.score > best->score) best = &s;
+int parsimonious_period(const std::vector<int>& periods, const std::vector<FoldStat>& stats) {
+  size_t best = 0;
+  for (size_t k = 0; k < stats.size(); ++k)
+    if (stats[k].score > stats[best].score) best = k;
+  for (size_t k = 0; k < best; ++k) {  // ascending period: the first adequate divisor wins
+    if (periods[best] % periods[k] != 0) continue;
+    if (nested_p(stats[best], stats[k]) >= kNestedAlpha) return periods[k];
   }
-  for (const PeriodScore& d : scores) {  // ascending period: the first adequate divisor wins
-    if (d.period >= best->period || best->period % d.period != 0) continue;
-    const double extra = std::max(0.0, best->g2 - d.g2);
-    if (chi_square_sf(extra, best->df - d.df) >= kNestedAlpha) return d.period;
-  }
-  return best->period;
+  return periods[best];
 }
 
-// Successes per phase after shuffling each example's outcomes across its own phases; trials per
-// phase are unchanged, so only the phase-to-outcome association is broken.
-std::vector<int64_t> permuted_successes(const std::vector<Example>& examples, int modulus,
-                                        std::mt19937_64& rng) {
-  std::vector<int64_t> successes(modulus, 0);
-  std::vector<uint8_t> bits;
-  for (const Example& e : examples) {
-    bits = e.correct;
-    shuffle_in_place(bits, rng);
-    for (size_t i = 0; i < bits.size(); ++i) successes[e.phases[i]] += bits[i];
-  }
-  return successes;
+int detected_with(const PeriodFolds& pf, const std::vector<double>* weights) {
+  std::vector<FoldStat> stats;
+  for (const Folded& f : pf.folds) stats.push_back(fold_stat(f, weights));
+  return parsimonious_period(pf.periods, stats);
 }
 
-PeriodDetection detect_period_grouped(const std::vector<Example>& examples, const Counts& counts,
-                                      int modulus, int permutations, uint64_t seed) {
+// How often an example resample detects each period.
+std::map<int, double> period_support(const PeriodFolds& pf, int64_t n, int reps, uint64_t seed) {
+  std::map<int, double> support;
+  if (reps <= 0 || n == 0) return support;
+  Rng rng(seed_for(seed, 0x5u));
+  std::vector<double> weights(n);
+  for (int rep = 0; rep < reps; ++rep) {
+    std::fill(weights.begin(), weights.end(), 0.0);
+    for (int64_t i = 0; i < n; ++i) weights[draw_below(rng, static_cast<uint64_t>(n))] += 1.0;
+    support[detected_with(pf, &weights)] += 1.0 / reps;
+  }
+  return support;
+}
+
+PeriodDetection detect_period_table(const ClusterTable& t, const SummaryOptions& o) {
   PeriodDetection d;
-  const std::vector<int> periods = candidate_periods(modulus);
-  if (periods.empty()) return d;
-  d.by_period = score_periods(counts.successes, counts.trials, periods);
-  d.statistic = max_score(d.by_period);
-  d.detected = parsimonious_period(d.by_period);
-  d.permutations = std::max(0, permutations);
-  // Relative slack so that a permutation reproducing the observed table counts as ">=" despite
-  // rounding in the log-space tail.
-  const double threshold = d.statistic - 1e-9 * std::max(1.0, d.statistic);
-  std::mt19937_64 rng(seed);
-  int at_least = 0;
-  for (int i = 0; i < d.permutations; ++i) {
-    const std::vector<int64_t> s = permuted_successes(examples, modulus, rng);
-    if (max_score(score_periods(s, counts.trials, periods)) >= threshold) ++at_least;
+  d.positions_known = t.positions_known;
+  const PeriodFolds pf = period_folds(t);
+  if (pf.periods.empty()) return d;
+  std::vector<FoldStat> stats;
+  for (size_t k = 0; k < pf.folds.size(); ++k) {
+    stats.push_back(fold_stat(pf.folds[k]));
+    d.by_period.push_back({pf.periods[k], stats.back().t, stats.back().df, stats.back().score});
   }
-  d.p_value = (1.0 + at_least) / (1.0 + d.permutations);
+  d.detected = parsimonious_period(pf.periods, stats);
+  const FlipTest flips = sign_flip_test(pf.folds, o.permutations, o.max_permutations, o.seed);
+  d.statistic = flips.statistic;
+  d.p_value = flips.p_value;
+  d.permutations = flips.flips;
+  d.support = period_support(pf, t.n, o.period_bootstrap, o.seed);
   return d;
+}
+
+FlipResult flip_result(const FlipTest& f) {
+  return {f.statistic, f.p_value, f.flips};
+}
+
+// The two tests of "the period is S" (stats.h StrideTest).
+StrideTest stride_test(const ClusterTable& t, int S, const SummaryOptions& o) {
+  StrideTest st;
+  st.stride = S;
+  const std::vector<int> labels = labels_mod(t, S);
+  const Folded folded = fold_cells(t.y, t.n, t.modulus, labels, S);
+  st.component = flip_result(
+      sign_flip_test({folded}, o.permutations, o.max_permutations, seed_for(o.seed, 0x51u)));
+  // Residuals from each example's own S-periodic fit: y - level - z(r mod S).
+  std::vector<double> residual(t.y.size(), kNaN);
+  std::vector<int> by_phase(t.y.size());
+  for (int64_t i = 0; i < t.n; ++i) {
+    double level = 0.0, cells = 0.0;
+    for (int r = 0; r < t.modulus; ++r)
+      if (!std::isnan(t.at(i, r))) level += t.at(i, r), cells += 1.0;
+    for (int r = 0; r < t.modulus; ++r) {
+      const size_t c = static_cast<size_t>(i) * t.modulus + r;
+      by_phase[c] = r;
+      const double z = folded.at(i, labels[c]);
+      if (!std::isnan(t.y[c]) && !std::isnan(z)) residual[c] = t.y[c] - level / cells - z;
+    }
+  }
+  const Folded rest = fold_cells(residual, t.n, t.modulus, by_phase, t.modulus);
+  st.residual = flip_result(
+      sign_flip_test({rest}, o.permutations, o.max_permutations, seed_for(o.seed, 0x52u)));
+  return st;
+}
+
+FlipResult interior_test(const ClusterTable& t, int S, const SummaryOptions& o) {
+  std::vector<int> keep(S - 1);
+  std::iota(keep.begin(), keep.end(), 0);
+  if (keep.size() < 2) return {};
+  const Folded f = fold_cells(t.y, t.n, t.modulus, labels_folded_subset(t, S, keep), S - 1);
+  return flip_result(
+      sign_flip_test({f}, o.permutations, o.max_permutations, seed_for(o.seed, 0x1u)));
 }
 
 Counts count_outcomes(const std::vector<Example>& examples, int modulus) {
@@ -405,15 +412,29 @@ std::vector<PhaseRow> phases_from(const nlohmann::json& j) {
 nlohmann::json period_json(const PeriodDetection& d) {
   nlohmann::json by_period = nlohmann::json::array();
   for (const PeriodScore& s : d.by_period) {
-    by_period.push_back({{"period", s.period}, {"g2", s.g2}, {"df", s.df}, {"score", s.score}});
+    by_period.push_back(
+        {{"period", s.period}, {"statistic", s.statistic}, {"df", s.df}, {"score", s.score}});
   }
+  nlohmann::json support = nlohmann::json::object();
+  for (const auto& [period, share] : d.support) support[std::to_string(period)] = share;
   return {{"detected", d.detected > 0 ? nlohmann::json(d.detected) : nlohmann::json(nullptr)},
           {"p_value", d.p_value},
           {"significant", d.detected > 0 && d.p_value < 0.05},
           {"statistic", d.statistic},
-          {"method", "fold_g2_max_score"},
+          {"method", "fold_sign_flip_max_score"},
           {"permutations", d.permutations},
+          {"positions", d.positions_known ? "key_pos" : "phase"},
+          {"support", support},
           {"by_period", by_period}};
+}
+
+nlohmann::json flip_json(const FlipResult& f) {
+  return {{"statistic", f.statistic}, {"p_value", f.p_value}, {"flips", f.flips}};
+}
+
+FlipResult flip_from(const nlohmann::json& j) {
+  return {number_or_nan(field(j, "statistic")), number_or_nan(field(j, "p_value")),
+          field(j, "flips").get<int>()};
 }
 
 PeriodDetection period_from(const nlohmann::json& j) {
@@ -423,21 +444,29 @@ PeriodDetection period_from(const nlohmann::json& j) {
   d.p_value = number_or_nan(field(j, "p_value"));
   d.statistic = number_or_nan(field(j, "statistic"));
   d.permutations = field(j, "permutations").get<int>();
+  d.positions_known = j.value("positions", "phase") == "key_pos";
   for (const nlohmann::json& s : field(j, "by_period")) {
-    d.by_period.push_back({field(s, "period").get<int>(), number_or_nan(field(s, "g2")),
+    // "g2": files written before the sign-flip test (the statistic was a G2 then).
+    const char* stat = s.contains("statistic") ? "statistic" : "g2";
+    d.by_period.push_back({field(s, "period").get<int>(), number_or_nan(field(s, stat)),
                            field(s, "df").get<int>(), number_or_nan(field(s, "score"))});
   }
+  if (j.contains("support"))
+    for (const auto& [period, share] : j["support"].items())
+      d.support[std::stoi(period)] = number_or_nan(share);
   return d;
 }
 
 nlohmann::json split_interior_json(const StrideSplit& s) {
-  return {{"phases", s.interior_phases},
-          {"mean_acc", s.interior_mean_acc},
-          {"best_phase", s.interior_best_phase},
-          {"worst_phase", s.interior_worst_phase},
-          {"worst_acc", s.interior_worst_acc},
-          {"gap_pp", s.interior_gap_pp},
-          {"gap_ci_pp", interval_json(s.interior_gap_ci_pp)}};
+  return {
+      {"phases", s.interior_phases},
+      {"mean_acc", s.interior_mean_acc},
+      {"best_phase", s.interior_best_phase},
+      {"worst_phase", s.interior_worst_phase},
+      {"worst_acc", s.interior_worst_acc},
+      {"gap_pp", s.interior_gap_pp},
+      {"gap_ci_pp", interval_json(s.interior_gap_ci_pp)},
+      {"test", s.interior_test.flips > 0 ? flip_json(s.interior_test) : nlohmann::json(nullptr)}};
 }
 
 nlohmann::json split_boundary_json(const StrideSplit& s) {
@@ -456,6 +485,8 @@ StrideSplit split_from(const nlohmann::json& interior, const nlohmann::json& bou
   s.interior_worst_acc = number_or_nan(field(interior, "worst_acc"));
   s.interior_gap_pp = number_or_nan(field(interior, "gap_pp"));
   s.interior_gap_ci_pp = interval_from(field(interior, "gap_ci_pp"));
+  if (interior.contains("test") && !interior["test"].is_null())
+    s.interior_test = flip_from(interior["test"]);
   s.boundary_phases = field(boundary, "phases").get<std::vector<int>>();
   s.boundary_acc = number_or_nan(field(boundary, "acc"));
   s.boundary_worst_phase = field(boundary, "worst_phase").get<int>();
@@ -542,11 +573,31 @@ std::optional<double> periodicity_check(const std::vector<double>& acc, int peri
 }
 
 PeriodDetection detect_period(const std::vector<PhaseOutcome>& outcomes, int modulus,
-                              int permutations, uint64_t seed) {
+                              const SummaryOptions& options) {
   check_phases(outcomes, modulus);
-  const std::vector<Example> examples = group_by_example(outcomes);
-  return detect_period_grouped(examples, count_outcomes(examples, modulus), modulus, permutations,
-                               seed);
+  return detect_period_table(cluster_table(outcomes, modulus), options);
+}
+
+PeriodDetection detect_period(const std::vector<PhaseOutcome>& outcomes, int modulus,
+                              int permutations, uint64_t seed) {
+  SummaryOptions o;
+  o.permutations = permutations;
+  o.max_permutations = permutations;
+  o.period_bootstrap = 0;
+  o.seed = seed;
+  return detect_period(outcomes, modulus, o);
+}
+
+std::vector<int> candidate_periods(int modulus, bool positions_known) {
+  std::vector<int> periods;
+  for (int p = 2; p <= modulus / 2; ++p)
+    if (positions_known || modulus % p == 0) periods.push_back(p);
+  return periods;
+}
+
+double PeriodDetection::detected_support() const {
+  const auto it = support.find(detected);
+  return it == support.end() ? 0.0 : it->second;
 }
 
 PhaseSummary summarize(const std::vector<PhaseOutcome>& outcomes, int modulus, int stride,
@@ -573,15 +624,23 @@ PhaseSummary summarize(const std::vector<PhaseOutcome>& outcomes, int modulus, i
   if (stride >= 2) s.split = split_by_stride(acc, stride);
   if (auto check = periodicity_check(acc, stride)) s.periodicity_check_pp = 100.0 * *check;
 
-  const std::vector<int> interior = s.split ? s.split->interior_phases : std::vector<int>{};
-  const BootstrapIntervals cis =
-      cluster_bootstrap(examples, modulus, interior, options.bootstrap_reps, options.seed);
-  s.gap_ci_pp = cis.gap_pp;
-  s.worst_acc_ci = cis.worst_acc;
-  if (s.split) s.split->interior_gap_ci_pp = cis.interior_gap_pp;
+  const ClusterTable table = cluster_table(outcomes, modulus);
+  const GapBands bands = gap_bands(table, all_phases(modulus));
+  s.gap_ci_pp = bands.gap_pp;
+  s.worst_acc_ci = bands.worst_acc;
+  const double boot = mean_bootstrap_gap(examples, modulus, options.bootstrap_reps, options.seed);
+  s.gap_bc_pp = std::isnan(boot) ? kNaN : std::max(0.0, 2.0 * s.gap_pp - 100.0 * boot);
+  const NullGap null = null_gap(table, options.permutations, seed_for(options.seed, 0x9u));
+  s.null_gap_pp = null.mean_pp;
+  s.null_gap_q95_pp = null.q95_pp;
+  if (s.split) {
+    s.split->interior_gap_ci_pp = gap_bands(table, s.split->interior_phases).gap_pp;
+    s.split->interior_test = interior_test(table, stride, options);
+  }
+  if (stride >= 2 && 2 * stride <= modulus) s.stride_test = stride_test(table, stride, options);
 
   s.chi_square = chi_square_homogeneity(s.phases);
-  s.period = detect_period_grouped(examples, counts, modulus, options.permutations, options.seed);
+  s.period = detect_period_table(table, options);
   return s;
 }
 
@@ -601,6 +660,9 @@ nlohmann::json PhaseSummary::to_json() const {
   j["worst_acc_ci"] = interval_json(worst_acc_ci);
   j["gap_pp"] = gap_pp;
   j["gap_ci_pp"] = interval_json(gap_ci_pp);
+  j["gap_ci_method"] = "simultaneous_sidak";
+  j["gap_bc_pp"] = gap_bc_pp;
+  j["null_gap_pp"] = {{"mean", null_gap_pp}, {"q95", null_gap_q95_pp}};
   j["interior"] = split ? split_interior_json(*split) : json(nullptr);
   j["boundary"] = split ? split_boundary_json(*split) : json(nullptr);
   j["periodicity_check"] =
@@ -609,8 +671,15 @@ nlohmann::json PhaseSummary::to_json() const {
   j["chi_square"] = {
       {"statistic", chi_square.statistic}, {"df", chi_square.df}, {"p_value", chi_square.p_value}};
   j["period"] = period_json(period);
+  j["stride_test"] = stride_test ? json{{"stride", stride_test->stride},
+                                        {"component", flip_json(stride_test->component)},
+                                        {"residual", flip_json(stride_test->residual)},
+                                        {"supported", stride_test->supported()}}
+                                 : json(nullptr);
   j["options"] = {{"bootstrap_reps", options.bootstrap_reps},
                   {"permutations", options.permutations},
+                  {"max_permutations", options.max_permutations},
+                  {"period_bootstrap", options.period_bootstrap},
                   {"seed", options.seed},
                   {"resampling_unit", "example_id"}};
   j["planned_outcomes"] = planned_outcomes > 0 ? json(planned_outcomes) : json(nullptr);
@@ -618,6 +687,21 @@ nlohmann::json PhaseSummary::to_json() const {
   j["shortcut_ceiling"] = shortcut ? json(*shortcut) : json(nullptr);
   j["at_or_below_shortcut"] = at_or_below_shortcut();
   return j;
+}
+
+std::vector<double> holm_adjust(const std::vector<double>& p) {
+  std::vector<size_t> order;
+  for (size_t i = 0; i < p.size(); ++i)
+    if (!std::isnan(p[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] < p[b]; });
+  std::vector<double> out(p.size(), kNaN);
+  double running = 0.0;  // adjusted p-values are monotone in the raw ones
+  const double m = static_cast<double>(order.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    running = std::max(running, std::min(1.0, (m - static_cast<double>(k)) * p[order[k]]));
+    out[order[k]] = running;
+  }
+  return out;
 }
 
 bool PhaseSummary::at_or_below_shortcut() const {
@@ -644,6 +728,18 @@ PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
     s.worst_acc_ci = interval_from(field(j, "worst_acc_ci"));
     s.gap_pp = number_or_nan(field(j, "gap_pp"));
     s.gap_ci_pp = interval_from(field(j, "gap_ci_pp"));
+    // Written since the corrected statistics (issue 42); older files lack them (NaN).
+    s.gap_bc_pp = j.contains("gap_bc_pp") ? number_or_nan(j["gap_bc_pp"]) : kNaN;
+    s.null_gap_pp = s.null_gap_q95_pp = kNaN;
+    if (j.contains("null_gap_pp") && j["null_gap_pp"].is_object()) {
+      s.null_gap_pp = number_or_nan(field(j["null_gap_pp"], "mean"));
+      s.null_gap_q95_pp = number_or_nan(field(j["null_gap_pp"], "q95"));
+    }
+    if (j.contains("stride_test") && !j["stride_test"].is_null()) {
+      const nlohmann::json& t = j["stride_test"];
+      s.stride_test = StrideTest{field(t, "stride").get<int>(), flip_from(field(t, "component")),
+                                 flip_from(field(t, "residual"))};
+    }
     const nlohmann::json& interior = field(j, "interior");
     if (!interior.is_null()) s.split = split_from(interior, field(j, "boundary"));
     const nlohmann::json& check = field(j, "periodicity_check");
@@ -653,8 +749,11 @@ PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
                     number_or_nan(field(chi, "p_value"))};
     s.period = period_from(field(j, "period"));
     const nlohmann::json& options = field(j, "options");
-    s.options = {field(options, "bootstrap_reps").get<int>(),
-                 field(options, "permutations").get<int>(), field(options, "seed").get<uint64_t>()};
+    s.options.bootstrap_reps = field(options, "bootstrap_reps").get<int>();
+    s.options.permutations = field(options, "permutations").get<int>();
+    s.options.seed = field(options, "seed").get<uint64_t>();
+    s.options.max_permutations = options.value("max_permutations", s.options.permutations);
+    s.options.period_bootstrap = options.value("period_bootstrap", 0);
     // Written since the verdict knew about incomplete runs and the shortcut; older files lack them.
     if (j.contains("planned_outcomes") && !j["planned_outcomes"].is_null())
       s.planned_outcomes = j["planned_outcomes"].get<int64_t>();
@@ -667,7 +766,6 @@ PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
     throw Error(std::string("summary JSON: ") + e.what());
   }
 }
-
 
 // -------------------------------------------------------------------------------------------------
 // Paired comparisons (knockouts, gate cycling).
@@ -785,8 +883,8 @@ PairedSummary summarize_paired(const std::vector<PairedOutcome>& pairs, int modu
     row.acc_variant = static_cast<double>(counts.variant[r]) / row.n;
     row.change_pp = 100.0 * (row.acc_variant - row.acc_reference);
     if (counts.reference[r] > 0)
-      row.rel_change_pct =
-          100.0 * static_cast<double>(counts.variant[r] - counts.reference[r]) / counts.reference[r];
+      row.rel_change_pct = 100.0 * static_cast<double>(counts.variant[r] - counts.reference[r]) /
+                           counts.reference[r];
     s.phases.push_back(row);
   }
   Specialisation& sp = s.spec;
@@ -805,17 +903,16 @@ PairedSummary summarize_paired(const std::vector<PairedOutcome>& pairs, int modu
   Rng rng(options.seed);
   for (int rep = 0; rep < options.bootstrap_reps; ++rep) {
     PairedCounts c(modulus);
-    for (size_t i = 0; i < examples.size(); ++i)
-      c.add(examples[draw_below(rng, examples.size())]);
+    for (size_t i = 0; i < examples.size(); ++i) c.add(examples[draw_below(rng, examples.size())]);
     bool complete = true;
     for (int r = 0; r < modulus; ++r) complete = complete && c.n[r] > 0;
     if (!complete) continue;  // a phase drawn empty (only with ragged inputs)
     for (int r = 0; r < modulus; ++r) {
       change[r].push_back(100.0 * static_cast<double>(c.variant[r] - c.reference[r]) / c.n[r]);
-      rel[r].push_back(c.reference[r] > 0 ? 100.0 * static_cast<double>(c.variant[r] -
-                                                                         c.reference[r]) /
-                                                c.reference[r]
-                                          : kNaN);
+      rel[r].push_back(c.reference[r] > 0
+                           ? 100.0 * static_cast<double>(c.variant[r] - c.reference[r]) /
+                                 c.reference[r]
+                           : kNaN);
     }
     drops.push_back(100.0 * mean_drop(c));
     indices.push_back(specialisation_index(folded_loss(c, fold), sp.k).index);
@@ -848,8 +945,8 @@ PairedSummary summarize_paired(const std::vector<PairedOutcome>& pairs, int modu
     sp.p_value = (1.0 + at_least) / (1.0 + sp.permutations);
   }
   const bool effect = !std::isnan(s.mean_drop_ci_pp.lo) && s.mean_drop_ci_pp.lo > 0.0;
-  const bool specific =
-      sp.permutations > 0 && sp.p_value < 0.05 && !std::isnan(sp.index) && sp.index >= kSpecificIndex;
+  const bool specific = sp.permutations > 0 && sp.p_value < 0.05 && !std::isnan(sp.index) &&
+                        sp.index >= kSpecificIndex;
   sp.verdict = !effect ? "no effect" : specific ? "phase-specific" : "phase-agnostic";
   return s;
 }
@@ -959,8 +1056,8 @@ double points_r2(const std::vector<CyclePoint>& points, bool interior_only,
 }  // namespace
 
 CycleFit fit_cycle(const std::vector<PhaseOutcome>& reference,
-                   const std::map<int, std::vector<PhaseOutcome>>& shifted, int modulus,
-                   int stride, const SummaryOptions& options) {
+                   const std::map<int, std::vector<PhaseOutcome>>& shifted, int modulus, int stride,
+                   const SummaryOptions& options) {
   if (stride < 2) throw Error(fmt::format("gate cycling needs a stride >= 2, got {}", stride));
   check_stride(modulus, stride);
   if (reference.empty()) throw Error("gate cycling: no unshifted outcomes");
@@ -984,7 +1081,8 @@ CycleFit fit_cycle(const std::vector<PhaseOutcome>& reference,
     }
   };
   add(reference, 0);
-  for (size_t c = 0; c < fit.deltas.size(); ++c) add(shifted.at(fit.deltas[c]), 1 + static_cast<int>(c));
+  for (size_t c = 0; c < fit.deltas.size(); ++c)
+    add(shifted.at(fit.deltas[c]), 1 + static_cast<int>(c));
   std::vector<const CycleExample*> all;
   for (const auto& [id, e] : by_example) all.push_back(&e);
   fit.examples = static_cast<int64_t>(all.size());
@@ -1011,7 +1109,8 @@ CycleFit fit_cycle(const std::vector<PhaseOutcome>& reference,
   std::vector<const CycleExample*> draw(all.size());
   for (int rep = 0; rep < options.bootstrap_reps; ++rep) {
     for (auto& d : draw) d = all[draw_below(rng, all.size())];
-    const auto points = cycle_points(cycle_accuracies(draw, conditions, stride), fit.deltas, stride);
+    const auto points =
+        cycle_points(cycle_accuracies(draw, conditions, stride), fit.deltas, stride);
     r2i.push_back(points_r2(points, true));
     r2a.push_back(points_r2(points, false));
   }

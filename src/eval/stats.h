@@ -10,8 +10,8 @@
 // CLI can summarise results without loading a model.
 #pragma once
 #include <cstdint>
-#include <nlohmann/json.hpp>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +23,9 @@ struct PhaseOutcome {
   int64_t example_id;
   int phase;  // in [0, modulus)
   bool correct;
+  // Absolute position of the target key (key_pos mod M == phase), -1 when unknown. With every
+  // outcome's position known, periods that do not divide M can be tested (position mod P).
+  int64_t key_pos = -1;
 };
 
 struct Interval {
@@ -68,36 +71,72 @@ ChiSquareTest chi_square_homogeneity(const std::vector<PhaseRow>& rows);
 // profile repeats with that period. nullopt unless 0 < period < M.
 std::optional<double> periodicity_check(const std::vector<double>& acc, int period);
 
-// Evidence for one candidate period P (a divisor of M): outcomes pooled by r mod P and tested
-// for homogeneity with the likelihood-ratio statistic G2 on P - 1 degrees of freedom.
+// Evidence for one candidate period P: each example's outcomes, less its own mean, averaged by
+// key position mod P, and the P means compared (cluster_tests.h fold_stat: a chi-square-like
+// statistic on P - 1 degrees of freedom).
 struct PeriodScore {
   int period = 0;
-  double g2 = 0.0;
+  double statistic = 0.0;
   int df = 0;
-  double score = 0.0;  // -log10 of the chi-square p-value of g2: comparable across df
+  double score = 0.0;  // -log10 of the chi-square tail of `statistic`: comparable across df
 };
 
 struct PeriodDetection {
-  int detected = 0;        // 0: no candidate period (M has no divisor in [2, M/2])
-  double statistic = 0.0;  // max score over candidates, the permutation test's statistic
-  double p_value = 1.0;    // permutation p-value of `statistic`
-  int permutations = 0;
+  int detected = 0;        // 0: no candidate period (M < 4)
+  double statistic = 0.0;  // max score over candidates, the sign-flip test's statistic
+  double p_value = 1.0;    // sign-flip p-value of `statistic` (adaptive: cluster_tests.h)
+  int permutations = 0;    // sign flips run
+  // Candidates are every P in [2, M/2] when all key positions are known (position mod P is
+  // then known for any P); otherwise only the divisors of M (r = p mod M fixes p mod P only
+  // when P divides M).
+  bool positions_known = false;
   std::vector<PeriodScore> by_period;  // ascending period
+  // Cluster-bootstrap support: the share of example resamples whose detected period is P
+  // (empty when the bootstrap was off). How sure the data are of `detected`.
+  std::map<int, double> support;
+  double detected_support() const;
 };
 
-// Blind period detection over candidates P in [2, M/2] that divide M (a phase r = p mod M only
-// determines p mod P when P divides M). The highest-scoring period is reduced to its smallest
-// divisor that fits not significantly worse (nested G2 test, alpha 0.05): a period-4 profile is
-// also periodic with period 8, and the report should say 4. The p-value comes from permuting
-// each example's outcomes across its phases (valid under the null of no phase effect even
-// though outcomes within an example are correlated): p = (1 + #{perm >= obs}) / (1 + n_perm).
-PeriodDetection detect_period(const std::vector<PhaseOutcome>& outcomes, int modulus,
-                              int permutations = 1000, uint64_t seed = 12345);
+// The periods a design can tell apart: every P in [2, M/2] (two repetitions within one
+// example's M phases) with key positions, the divisors of M in that range without.
+std::vector<int> candidate_periods(int modulus, bool positions_known);
 
+// Blind period detection over candidate_periods. The highest-scoring period is reduced to its
+// smallest divisor that fits not significantly worse (nested test, alpha 0.05): a period-4
+// profile is also periodic with period 8, and the report should say 4. The p-value comes from
+// flipping the sign of whole examples' centred outcome vectors (cluster_tests.h), valid under
+// "the population profile is flat" whatever the correlation between an example's phases:
+// p = (1 + #{flip >= obs}) / (1 + flips), with more flips while p is small (up to
+// max_permutations). period_bootstrap example resamples give `support`.
 struct SummaryOptions {
   int bootstrap_reps = 2000;
   int permutations = 1000;
   uint64_t seed = 12345;
+  int max_permutations = 20000;  // adaptive flips stop here (p >= 1 / 20001)
+  int period_bootstrap = 200;    // resamples for PeriodDetection::support (0: off)
+};
+PeriodDetection detect_period(const std::vector<PhaseOutcome>& outcomes, int modulus,
+                              const SummaryOptions& options);
+// The same with fixed `permutations` flips and no support bootstrap.
+PeriodDetection detect_period(const std::vector<PhaseOutcome>& outcomes, int modulus,
+                              int permutations = 1000, uint64_t seed = 12345);
+
+// A sign-flip test's result, as summary.json stores it.
+struct FlipResult {
+  double statistic = 0.0;
+  double p_value = 1.0;
+  int flips = 0;
+};
+
+// "The period is the stride S" (S known, 2 <= S <= M/2), as two sign-flip tests:
+//  component: the profile folded mod S is not flat (there is S-periodic structure);
+//  residual:  the profile deviates from its own S-periodic fit (structure that period S does
+//             not explain).
+// supported = component p < 0.05 and residual p >= 0.05.
+struct StrideTest {
+  int stride = 0;
+  FlipResult component, residual;
+  bool supported() const { return component.p_value < 0.05 && residual.p_value >= 0.05; }
 };
 
 // Phases split by the stride S: a target at r mod S == S - 1 has its value token in the next
@@ -111,7 +150,11 @@ struct StrideSplit {
   int interior_worst_phase = 0;
   double interior_worst_acc = 0.0;
   double interior_gap_pp = 0.0;
-  Interval interior_gap_ci_pp;
+  Interval interior_gap_ci_pp;  // simultaneous (Sidak) bands over the interior phases
+  // Do the interior phases differ? Phases folded mod S, the boundary residue left out, tested by
+  // sign flips of whole examples (respects clusters: an example's copies at r, r + S, ... are one
+  // vector, not M/S independent outcomes). flips = 0: not tested (fewer than 2 interior residues).
+  FlipResult interior_test;
   double boundary_acc = 0.0;  // mean over boundary phases
   int boundary_worst_phase = 0;
   double boundary_worst_acc = 0.0;
@@ -128,13 +171,22 @@ struct PhaseSummary {
   double best_acc = 0.0;
   int worst_phase = 0;  // lowest r among ties
   double worst_acc = 0.0;
-  Interval worst_acc_ci;                       // cluster bootstrap, fraction
-  double gap_pp = 0.0;                         // best_acc - worst_acc
-  Interval gap_ci_pp;                          // cluster bootstrap, percentile
+  Interval worst_acc_ci;  // Sidak-level Wilson bounds over the phases, fraction
+  double gap_pp = 0.0;    // best_acc - worst_acc: biased upward (a max minus a min)
+  // 95 % interval from simultaneous bands on the phase profile (cluster_tests.h gap_bands):
+  // contains gap_pp by construction, covers the true gap at least 95 % (normal approximation).
+  Interval gap_ci_pp;
+  // Bootstrap bias-corrected gap: max(0, 2 gap - mean of the cluster-bootstrap gaps).
+  double gap_bc_pp = 0.0;
+  // The gap a flat profile shows with these examples (sign flips): mean and 95th percentile.
+  // An observed gap near null_gap_pp is what no phase effect looks like.
+  double null_gap_pp = 0.0;
+  double null_gap_q95_pp = 0.0;
   std::optional<StrideSplit> split;            // stride >= 2
   std::optional<double> periodicity_check_pp;  // with period = stride, 0 < stride < modulus
   ChiSquareTest chi_square;
   PeriodDetection period;
+  std::optional<StrideTest> stride_test;  // 2 <= stride <= modulus / 2
   SummaryOptions options;
   // Set by the command after summarize(), for the verdict (report.h phase_verdict) and the SLA
   // gate: what the outcomes alone cannot tell.
@@ -159,6 +211,11 @@ struct PhaseSummary {
 // stride that does not divide the modulus.
 PhaseSummary summarize(const std::vector<PhaseOutcome>& outcomes, int modulus, int stride,
                        const SummaryOptions& options = {});
+
+// Holm's step-down adjustment of a family of p-values (same order as given): controls the
+// family-wise error rate at alpha when every adjusted p < alpha is called significant, under any
+// dependence between the tests. NaN entries are left out of the family and stay NaN.
+std::vector<double> holm_adjust(const std::vector<double>& p);
 
 // ---------------------------------------------------------------------------------------------
 // Paired comparisons, for the explanation analyses (src/explain): the same logical examples are
@@ -275,8 +332,8 @@ struct CycleFit {
 // cycled by D. Throws phasekv::Error on empty input, a stride < 2 or one that does not divide the
 // modulus, or a folded phase without outcomes.
 CycleFit fit_cycle(const std::vector<PhaseOutcome>& reference,
-                   const std::map<int, std::vector<PhaseOutcome>>& shifted, int modulus,
-                   int stride, const SummaryOptions& options = {});
+                   const std::map<int, std::vector<PhaseOutcome>>& shifted, int modulus, int stride,
+                   const SummaryOptions& options = {});
 
 // 1 - sum (y - yhat)^2 / sum (y - mean y)^2; NaN with fewer than 2 points or no variation.
 double r_squared(const std::vector<double>& observed, const std::vector<double>& predicted);

@@ -166,22 +166,26 @@ std::vector<Metric> summary_metrics() {
       {"mean accuracy", [](const PhaseSummary& s) { return fixed3(s.mean_acc); }},
       {"best phase",
        [](const PhaseSummary& s) { return fmt::format("r={}: {:.3f}", s.best_phase, s.best_acc); }},
-      // Not the phase table's Wilson interval of that phase: the bootstrap interval of the minimum
-      // over phases, which the SLA gate judges (method note).
-      {"worst phase [95% bootstrap CI]",
+      // Not the phase table's Wilson interval of that phase: the simultaneous interval of the
+      // minimum over phases, which the SLA gate judges (method note).
+      {"worst phase [95% simultaneous CI]",
        [](const PhaseSummary& s) {
          return fmt::format("r={}: {:.3f} [{:.3f}, {:.3f}]", s.worst_phase, s.worst_acc,
                             s.worst_acc_ci.lo, s.worst_acc_ci.hi);
        }},
-      {"gap (best - worst) [95% bootstrap CI]",
+      {"gap (best - worst) [95% simultaneous CI]",
        [](const PhaseSummary& s) { return format_gap(s); }},
+      {"bias-corrected gap / null gap",
+       [](const PhaseSummary& s) {
+         return fmt::format("{:.1f} pp / {:.1f} pp", s.gap_bc_pp, s.null_gap_pp);
+       }},
       {"interior mean / worst",
        [](const PhaseSummary& s) {
          return s.split ? fmt::format("{:.3f} / r={}: {:.3f}", s.split->interior_mean_acc,
                                       s.split->interior_worst_phase, s.split->interior_worst_acc)
                         : "-";
        }},
-      {"interior gap [95% bootstrap CI]",
+      {"interior gap [95% simultaneous CI]",
        [](const PhaseSummary& s) {
          return s.split
                     ? fmt::format("{:.1f} pp [{:.1f}, {:.1f}]", s.split->interior_gap_pp,
@@ -293,15 +297,17 @@ std::string html_period_table(const PhaseSummary& s) {
     return "<p>No candidate period: M has no divisor in [2, M/2].</p>\n";
   }
   std::string out = fmt::format(
-      "<p>Detected period {}, permutation p = {} ({} within-example permutations, "
-      "statistic {:.2f}).</p>\n",
-      s.period.detected, format_p(s.period.p_value), s.period.permutations, s.period.statistic);
+      "<p>Detected period {}, sign-flip p = {} ({} flips of whole examples, statistic {:.2f}; "
+      "detected in {:.0f} % of example resamples; periods tested by {}).</p>\n",
+      s.period.detected, format_p(s.period.p_value), s.period.permutations, s.period.statistic,
+      100.0 * s.period.detected_support(),
+      s.period.positions_known ? "key position mod P" : "phase mod P (divisors of M only)");
   out +=
-      "<table class=\"periods\">\n<tr><th>period P</th><th>G2 (fold mod P)</th><th>df</th>"
+      "<table class=\"periods\">\n<tr><th>period P</th><th>statistic (fold mod P)</th><th>df</th>"
       "<th>score = -log10 p</th></tr>\n";
   for (const PeriodScore& p : s.period.by_period) {
     out += fmt::format("<tr class=\"{}\">", p.period == s.period.detected ? "detected" : "") +
-           td_num(std::to_string(p.period)) + td_num(fmt::format("{:.2f}", p.g2)) +
+           td_num(std::to_string(p.period)) + td_num(fmt::format("{:.2f}", p.statistic)) +
            td_num(std::to_string(p.df)) + td_num(fmt::format("{:.2f}", p.score)) + "</tr>\n";
   }
   return out + "</table>\n";
@@ -321,19 +327,18 @@ std::string html_method_note(const PhaseSeries& series) {
   return fmt::format(
       "<p class=\"note\">Accuracy is the fraction of correct answers at each phase r (the target "
       "key's position mod M); error bars and the phase table's intervals are each phase's own 95 "
-      "% Wilson interval. The summary's intervals are cluster-bootstrap ones: the worst phase's "
-      "is that of the minimum over all phases, so it covers whichever phase is worst (the "
-      "interval the SLA gate judges), and differs from the Wilson interval of the phase that "
-      "scored lowest here. The verdict calls a model "
-      "phase-sensitive when the period detection finds a period with permutation p &lt; 0.05; "
+      "% Wilson interval. The summary's intervals hold for all phases at once (Sidak level): the "
+      "worst phase's covers whichever phase is worst (the interval the SLA gate judges), and the "
+      "gap's comes from simultaneous bands on the profile with each example's own level removed, "
+      "so it always contains the observed gap. The verdict calls a model "
+      "phase-sensitive when the period detection finds a period with sign-flip p &lt; 0.05; "
       "\u00b1 is the largest distance of a phase's accuracy from the mean. The gap is best minus "
-      "worst phase in percentage points, with a 95 % percentile interval from a cluster bootstrap "
-      "that resamples logical examples ({} replicates): the same example is evaluated at every "
-      "phase. Max minus min is biased upward when phases are close, so whether phases differ at "
-      "all is answered by the p-values: the period detection folds accuracy mod every divisor P "
-      "of M, scores each fold by its likelihood-ratio G2 test, keeps the smallest adequate period "
-      "and tests the best score against {} permutations of each example's outcomes across its "
-      "phases. Boundary phases (r mod S = S-1) have the target's key and value in different "
+      "worst phase in percentage points; a max minus a min is biased upward, so the summary also "
+      "gives a bias-corrected gap ({} cluster-bootstrap replicates) and the gap a flat profile "
+      "shows with these examples. The period detection folds each example's outcomes mod every "
+      "candidate P, scores each fold, keeps the smallest adequate period and tests the best score "
+      "against at least {} sign flips of whole examples (docs/STATISTICS.md). Boundary phases (r "
+      "mod S = S-1) have the target's key and value in different "
       "compressed entries: the dotted lines are entry boundaries. Seed {}.</p>\n",
       o.bootstrap_reps, o.permutations, o.seed);
 }
@@ -414,26 +419,25 @@ static std::string html_length_grid(const nlohmann::json& meta) {
   g.rows = depths;
   for (int64_t t : tokens) g.cols.push_back(std::to_string(t));
   g.values.assign(depths.size(), std::vector<double>(tokens.size(), 0.0));
-  std::string cells = "<table>\n<tr><th>tokens</th><th>depth</th><th>mean</th><th>worst (r)"
-                      "</th><th>gap pp</th><th>period (p)</th></tr>\n";
+  std::string cells =
+      "<table>\n<tr><th>tokens</th><th>depth</th><th>mean</th><th>worst (r)"
+      "</th><th>gap pp</th><th>period (p)</th></tr>\n";
   for (const auto& c : meta["cells"]) {
-    const size_t r = static_cast<size_t>(
-        std::find(depths.begin(), depths.end(), depth_name(c)) - depths.begin());
+    const size_t r = static_cast<size_t>(std::find(depths.begin(), depths.end(), depth_name(c)) -
+                                         depths.begin());
     const size_t col = static_cast<size_t>(
         std::find(tokens.begin(), tokens.end(), c["context_tokens"].get<int64_t>()) -
         tokens.begin());
     g.values[r][col] = 100.0 * c["worst_acc"].get<double>();
-    const std::string period =
-        c["detected_period"].is_null()
-            ? "none"
-            : fmt::format("{} ({})", c["detected_period"].get<int>(),
-                          format_p(c["period_p_value"].get<double>()));
+    const std::string period = c["detected_period"].is_null()
+                                   ? "none"
+                                   : fmt::format("{} ({})", c["detected_period"].get<int>(),
+                                                 format_p(c["period_p_value"].get<double>()));
     cells += "<tr>" + td_num(std::to_string(c["context_tokens"].get<int64_t>())) +
              td(depth_name(c)) + td_num(fixed3(c["mean_acc"].get<double>())) +
              td_num(fmt::format("{:.3f} ({})", c["worst_acc"].get<double>(),
                                 c["worst_phase"].get<int>())) +
-             td_num(fmt::format("{:.1f}", c["gap_pp"].get<double>())) + td_num(period) +
-             "</tr>\n";
+             td_num(fmt::format("{:.1f}", c["gap_pp"].get<double>())) + td_num(period) + "</tr>\n";
   }
   out += "<figure class=\"chart\">\n" + heatmap_svg(g) + "</figure>\n";
   return out + scroll_box(cells + "</table>\n");

@@ -127,6 +127,23 @@ std::string format_period(const PhaseSummary& s) {
                      significant ? "" : ", n.s.");
 }
 
+namespace {
+
+// "; detected in 97 % of example resamples" when the support bootstrap ran.
+std::string support_text(const PhaseSummary& s) {
+  if (s.period.support.empty()) return "";
+  return fmt::format("; detected in {:.0f} % of example resamples",
+                     100.0 * s.period.detected_support());
+}
+
+// What a flat profile shows with the same examples: the level an observed gap has to clear.
+std::string null_gap_text(const PhaseSummary& s) {
+  if (!(s.null_gap_pp > 0.0)) return "";
+  return fmt::format("; a flat profile shows {:.1f} pp with these examples", s.null_gap_pp);
+}
+
+}  // namespace
+
 Verdict phase_verdict(const PhaseSummary& s) {
   const bool boundary = s.stride >= 2 && s.worst_phase % s.stride == s.stride - 1;
   const std::string worst =
@@ -159,9 +176,10 @@ Verdict phase_verdict(const PhaseSummary& s) {
     v.kind = VerdictKind::kPhaseSensitive;
     v.headline = "phase-sensitive";
     v.detail = fmt::format(
-        "period {} (p = {}); {}; the mean {:.3f} hides a {:.1f} pp gap{}", s.period.detected,
-        format_p(s.period.p_value), worst, s.mean_acc, s.gap_pp,
-        has_ci ? fmt::format(" (95 % CI [{:.1f}, {:.1f}])", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "");
+        "period {} (p = {}{}); {}; the mean {:.3f} hides a {:.1f} pp gap{}{}", s.period.detected,
+        format_p(s.period.p_value), support_text(s), worst, s.mean_acc, s.gap_pp,
+        has_ci ? fmt::format(" (95 % CI [{:.1f}, {:.1f}])", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "",
+        null_gap_text(s));
     return v;
   }
   std::string test;
@@ -179,9 +197,10 @@ Verdict phase_verdict(const PhaseSummary& s) {
   // The spread around the mean: every phase lies within mean +- spread.
   const double spread = std::max(s.best_acc - s.mean_acc, s.mean_acc - s.worst_acc);
   v.detail = fmt::format(
-      "{}; accuracy {:.3f} \u00b1 {:.3f} across phases ({}; gap {:.1f} pp{})", test, s.mean_acc,
+      "{}; accuracy {:.3f} \u00b1 {:.3f} across phases ({}; gap {:.1f} pp{}){}", test, s.mean_acc,
       spread, worst, s.gap_pp,
-      has_ci ? fmt::format(", 95 % CI [{:.1f}, {:.1f}]", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "");
+      has_ci ? fmt::format(", 95 % CI [{:.1f}, {:.1f}]", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "",
+      null_gap_text(s));
   return v;
 }
 

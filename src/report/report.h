@@ -38,9 +38,9 @@ std::string report_html(const PhaseSeries& series, const std::string& title,
 std::string report_html(const std::string& label, const PhaseSummary& summary,
                         const nlohmann::json& meta);
 
-// The one-line answer a report opens with, decided by the permutation test of the period
-// detection (the test stats.h says to trust; the gap's bootstrap interval is biased upward when
-// phases are close, so it is reported, not used to decide):
+// The one-line answer a report opens with, decided by the sign-flip test of the period
+// detection (stats.h; the gap is biased upward when phases are close, so it is reported beside
+// its null level, not used to decide):
 //  - kPhaseSensitive: a period was detected with p < 0.05. "phase-sensitive: period 4
 //    (p = 0.001); worst phase r = 7 (entry boundary) at 0.507 vs best 1.000; the mean 0.869 hides
 //    a 49.3 pp gap (95 % CI [45.1, 53.0])".

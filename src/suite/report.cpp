@@ -27,8 +27,67 @@ std::string num(const json& j, const char* key, const char* fmtstr = "{:.1f}") {
                                                : "-";
 }
 
-bool significant(const PhaseSummary& s) {
-  return s.period.detected > 0 && s.period.permutations > 0 && s.period.p_value < 0.05;
+// The report's family of tests: the period test of every sweep and the interior test of every
+// sweep that has one, Holm-adjusted together (about 96 tests for the 24-run suite), so that
+// "significant" in the table and in the findings holds at 5 % for the whole page.
+struct Adjusted {
+  std::map<const PhaseSummary*, double> period;
+  std::map<const SweepData*, double> interior;
+  int tests = 0;
+};
+Adjusted adjust(const std::vector<RunData>& runs) {
+  std::vector<double> p;
+  std::vector<const PhaseSummary*> ps;
+  std::vector<const SweepData*> is;
+  for (const auto& r : runs)
+    for (const auto& [padding, d] : r.sweeps) {
+      if (d.summary.period.detected > 0 && d.summary.period.permutations > 0) {
+        p.push_back(d.summary.period.p_value);
+        ps.push_back(&d.summary);
+        is.push_back(nullptr);
+      }
+      if (d.interior) {
+        p.push_back(d.interior->p_value);
+        ps.push_back(nullptr);
+        is.push_back(&d);
+      }
+    }
+  const std::vector<double> holm = holm_adjust(p);
+  Adjusted a;
+  a.tests = static_cast<int>(p.size());
+  for (size_t k = 0; k < p.size(); ++k)
+    ps[k] ? void(a.period[ps[k]] = holm[k]) : void(a.interior[is[k]] = holm[k]);
+  return a;
+}
+double holm_period(const Adjusted& a, const PhaseSummary& s) {
+  const auto it = a.period.find(&s);
+  return it == a.period.end() ? 1.0 : it->second;
+}
+double holm_interior(const Adjusted& a, const SweepData& d) {
+  const auto it = a.interior.find(&d);
+  return it == a.interior.end() ? 1.0 : it->second;
+}
+
+bool significant(const Adjusted& a, const PhaseSummary& s) {
+  return s.period.detected > 0 && s.period.permutations > 0 && holm_period(a, s) < 0.05;
+}
+
+// "4 (p = 0.001, Holm 0.02)"
+std::string period_cell(const Adjusted& a, const PhaseSummary& s) {
+  if (s.period.detected <= 0) return format_period(s);
+  return fmt::format("{} (p = {}, Holm {}{})", s.period.detected, format_p(s.period.p_value),
+                     format_p(holm_period(a, s)), significant(a, s) ? "" : ", n.s.");
+}
+
+// A sweep that cannot count as evidence either way: no phase shown above the shortcut (the
+// model does not retrieve), or every phase at 99 % or more (no room for a phase effect).
+constexpr double kCeiling = 0.99;
+std::string uninformative(const SweepData& d) {
+  PhaseSummary s = d.summary;
+  if (std::isfinite(d.shortcut)) s.shortcut = d.shortcut;
+  if (s.at_or_below_shortcut()) return "at or below the shortcut";
+  if (s.worst_acc >= kCeiling) return "at ceiling";
+  return "";
 }
 
 std::string run_kind(const RunData& r) {
@@ -70,12 +129,18 @@ struct Finding {
   std::string claim, rule, verdict, evidence;
 };
 
-std::vector<Finding> findings(const std::vector<RunData>& runs) {
+std::vector<Finding> findings(const std::vector<RunData>& runs, const Adjusted& adj) {
   auto prefix = [](const RunData& r) -> const SweepData* {
     auto it = r.sweeps.find("prefix");
     return it == r.sweeps.end() ? nullptr : &it->second;
   };
   std::vector<Finding> out;
+  // Lists an uninformative prefix sweep in the finding's evidence and tells the caller to skip it.
+  auto skip = [&](const RunData& r, Finding& f) {
+    const std::string why = prefix(r) ? uninformative(*prefix(r)) : "";
+    if (!why.empty()) f.evidence += fmt::format("{}: uninformative ({}); ", r.name, why);
+    return !why.empty();
+  };
   auto verdict = [](int yes, int total) {
     return total == 0 ? std::string("not tested")
            : yes == total ? std::string("**reproduced**")
@@ -89,22 +154,27 @@ std::vector<Finding> findings(const std::vector<RunData>& runs) {
     for (const auto& r : runs)
       if (r.stride > 0 && r.width != r.stride && prefix(r)) {
         const auto& s = prefix(r)->summary;
+        if (skip(r, f)) continue;
         ++n;
-        yes += significant(s) && s.period.detected == r.stride;
-        f.evidence += fmt::format("{} ({}): period {}; ", r.name, run_kind(r), format_period(s));
+        yes += significant(adj, s) && s.period.detected == r.stride;
+        f.evidence += fmt::format("{} ({}): period {}; ", r.name, run_kind(r), period_cell(adj, s));
       }
     f.verdict = verdict(yes, n);
     out.push_back(f);
   }
   {  // 2. controls flat
     Finding f{"Full-attention controls have no significant period",
-              "every control (no chunked layer) has period p >= 0.05 (prefix)", "", ""};
+              "every informative control (no chunked layer) has Holm-adjusted period p >= 0.05 "
+              "(prefix); the gap's 95 % upper bound says how flat that is", "", ""};
     int yes = 0, n = 0;
     for (const auto& r : runs)
       if (r.stride == 0 && prefix(r)) {
+        if (skip(r, f)) continue;
         ++n;
-        yes += !significant(prefix(r)->summary);
-        f.evidence += fmt::format("{}: {}; ", r.name, format_period(prefix(r)->summary));
+        const auto& s = prefix(r)->summary;
+        yes += !significant(adj, s);
+        f.evidence +=
+            fmt::format("{}: {}, gap <= {:.1f} pp; ", r.name, period_cell(adj, s), s.gap_ci_pp.hi);
       }
     f.verdict = verdict(yes, n);
     out.push_back(f);
@@ -121,27 +191,29 @@ std::vector<Finding> findings(const std::vector<RunData>& runs) {
         mean_gate = mean_gate || (l.value("kind", "") == "chunked" && l.value("gate", "") == "mean");
       if (r.config["model"].value("rope_dims", -1) != 0 && !mean_gate) continue;
       const auto& s = prefix(r)->summary;
+      if (skip(r, f)) continue;
       ++n;
-      yes += significant(s) && s.period.detected == r.stride;
-      f.evidence += fmt::format("{}: period {}; ", r.name, format_period(s));
+      yes += significant(adj, s) && s.period.detected == r.stride;
+      f.evidence += fmt::format("{}: period {}; ", r.name, period_cell(adj, s));
     }
     f.verdict = verdict(yes, n);
     out.push_back(f);
   }
   {  // 4. interior phases differ
     Finding f{"Interior phases 0..S-2 differ significantly, not only the boundary phase",
-              "in every chunked run with a significant period (prefix), the interior phases of the "
-              "table folded mod S differ (chi-square homogeneity p < 0.05; it treats outcomes as "
-              "independent, which is conservative here)", "", ""};
+              "in every informative chunked run with a significant period (prefix), the interior "
+              "phases folded mod S differ (sign-flip test of whole examples, Holm-adjusted "
+              "p < 0.05)", "", ""};
     int yes = 0, n = 0;
     for (const auto& r : runs) {
       const SweepData* d = prefix(r);
-      if (r.stride < 3 || !d || !d->interior || !significant(d->summary)) continue;
+      if (r.stride < 3 || !d || !d->interior || !significant(adj, d->summary)) continue;
+      if (skip(r, f)) continue;
       ++n;
-      yes += d->interior->p_value < 0.05;
-      f.evidence += fmt::format("{}: interior gap {:.1f} pp, p = {}; ", r.name,
+      yes += holm_interior(adj, *d) < 0.05;
+      f.evidence += fmt::format("{}: interior gap {:.1f} pp, p = {} (Holm {}); ", r.name,
                                 d->fold->split ? d->fold->split->interior_gap_pp : NAN,
-                                format_p(d->interior->p_value));
+                                format_p(d->interior->p_value), format_p(holm_interior(adj, *d)));
     }
     f.verdict = verdict(yes, n);
     out.push_back(f);
@@ -180,8 +252,9 @@ std::vector<Finding> findings(const std::vector<RunData>& runs) {
     int found = 0, n = 0;
     for (const auto& c : runs) {
       if (c.stride != 0 || !prefix(c)) continue;
+      if (!uninformative(*prefix(c)).empty()) continue;  // a control at ceiling has no worst phase
       for (const auto& r : runs) {
-        if (r.stride == 0 || !prefix(r)) continue;
+        if (r.stride == 0 || !prefix(r) || !uninformative(*prefix(r)).empty()) continue;
         if (r.config["model"]["n_kv_heads"] != c.config["model"]["n_kv_heads"]) continue;
         ++n;
         const auto& a = prefix(r)->summary;
@@ -208,6 +281,7 @@ int write_repro_report(const ReproReportOptions& o) {
   SuiteResults results = load_suite_results(o.suite_dir, load);
   const json& suite = results.suite;
   std::vector<RunData>& runs = results.runs;
+  const Adjusted adjusted = adjust(runs);
   const fs::path md(o.out_md);
   const fs::path fig_dir = md.parent_path() / md.stem().string();
   const std::string fig_rel = md.stem().string();
@@ -230,13 +304,20 @@ int write_repro_report(const ReproReportOptions& o) {
         finished, runs.size());
   page += fmt::format(
       "Each run: training, then sweeps of {} logical examples at every phase mod {} with each "
-      "padding. `fold S` columns fold the same records mod the run's own stride; `interior` is "
-      "the gap among phases 0..S-2 of that fold and the chi-square p of their homogeneity. "
+      "padding, summarised from their records by this build (docs/STATISTICS.md). `gap` is best "
+      "minus worst phase with its simultaneous 95 % interval and, after `null`, the gap a flat "
+      "profile shows with the same examples. `period` is the detected period with its sign-flip "
+      "p and its Holm-adjusted p over the page's {} tests (period and interior tests of every "
+      "sweep): a finding calls a period significant when the adjusted p is below 0.05. `fold S` "
+      "columns fold the same records mod the run's own stride; `interior` is the gap among "
+      "phases 0..S-2 of that fold and the sign-flip p (Holm-adjusted) that they differ. A sweep "
+      "with no phase above the shortcut or every phase at 99 % or more is uninformative: the "
+      "findings list it and count it neither way. "
       "`shortcut` is the accuracy reachable without reading keys: a run at or below it shows no "
       "retrieval, and its phase pattern means nothing. `val loss` is the cross-entropy of the "
       "target answer on held-out examples at the end of training; the study's (in parentheses) "
       "is a text validation loss, a different quantity.\n\n",
-      suite["examples"].get<int>(), M);
+      suite["examples"].get<int>(), M, adjusted.tests);
   page += "| run | kind | padding | train loss | val loss (study) | eval acc | mean | best | worst | gap [95% CI] | "
           "period (p) | fold S: interior gap (p) | boundary | shortcut | study mean / worst / gap |\n"
           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -259,19 +340,21 @@ int write_repro_report(const ReproReportOptions& o) {
       const auto& s = d.summary;
       std::string interior = "-", boundary = "-";
       if (d.fold && d.fold->split && d.interior) {
-        interior = fmt::format("{:.1f} (p = {})", d.fold->split->interior_gap_pp,
-                               format_p(d.interior->p_value));
+        interior = fmt::format("{:.1f} (p = {}, Holm {})", d.fold->split->interior_gap_pp,
+                               format_p(d.interior->p_value), format_p(holm_interior(adjusted, d)));
         boundary = pct(d.fold->split->boundary_acc);
       }
       page += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} (r={}) | {} | {} | {} | {} | {} | {} |\n",
                           r.name, run_kind(r), padding, loss, val, acc, pct(s.mean_acc), pct(s.best_acc),
-                          pct(s.worst_acc), s.worst_phase, format_gap(s), format_period(s),
+                          pct(s.worst_acc), s.worst_phase,
+                          fmt::format("{} null {:.1f}", format_gap(s), s.null_gap_pp),
+                          period_cell(adjusted, s),
                           interior, boundary, pct(d.shortcut), study);
     }
   }
 
   page += "\n## The study's findings\n\n| finding | rule | verdict | evidence |\n|---|---|---|---|\n";
-  for (const auto& f : findings(runs))
+  for (const auto& f : findings(runs, adjusted))
     page += fmt::format("| {} | {} | {} | {} |\n", f.claim, f.rule, f.verdict,
                         f.evidence.empty() ? "-" : f.evidence);
 

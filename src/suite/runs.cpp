@@ -44,22 +44,37 @@ void read_train_log(RunData& r, const std::string& path) {
   if (last.contains("eval_loss")) r.eval_loss = last["eval_loss"].get<double>();
 }
 
-// The records of `dir` folded mod the run's stride S, with the homogeneity test of the interior
-// phases 0..S-2.
+// The sweep summarised again from its records with this build's statistics (summary.json keeps
+// what the sweep's build computed), the records folded mod the run's stride S (the fold
+// columns), and the interior test on the unfolded records: folding first would count an
+// example's M/S near copies under prefix padding as independent outcomes.
 void fold_sweep(SweepData& d, int S, const std::string& dir) {
-  if (S < 2 || d.summary.modulus % S != 0) return;
-  std::vector<PhaseOutcome> folded;
-  std::map<ItemKey, bool> latest;  // success wins over error, as the runner keeps them
+  const int M = d.summary.modulus;
+  std::map<ItemKey, PhaseOutcome> latest;  // success wins over error, as the runner keeps them
   for (const auto& rec : read_results(dir + "/results.jsonl").records)
-    if (rec.ok()) latest[rec.key()] = rec.correct;
-  for (const auto& [key, correct] : latest)
-    folded.push_back({std::get<1>(key), std::get<2>(key) % S, correct});
+    if (rec.ok() && rec.condition.empty() && rec.phase < M)
+      latest[rec.key()] = {rec.example_id, rec.phase, rec.correct, rec.key_pos};
+  std::vector<PhaseOutcome> outcomes;
+  for (const auto& [key, o] : latest) outcomes.push_back(o);
+  if (outcomes.empty()) return;
+  SummaryOptions now;  // the sweep's own replicate counts and seed, this build's other defaults
+  now.bootstrap_reps = d.summary.options.bootstrap_reps;
+  now.permutations = d.summary.options.permutations;
+  now.seed = d.summary.options.seed;
+  PhaseSummary fresh = summarize(outcomes, M, S >= 2 && M % S == 0 ? S : 0, now);
+  fresh.planned_outcomes = d.summary.planned_outcomes;
+  fresh.shortcut = d.summary.shortcut;
+  d.summary = std::move(fresh);
+  if (S < 2 || M % S != 0) return;
+  if (d.summary.split && d.summary.split->interior_test.flips > 0)
+    d.interior = d.summary.split->interior_test;
   SummaryOptions opts;
   opts.bootstrap_reps = 500;
   opts.permutations = 500;
+  opts.period_bootstrap = 0;
+  std::vector<PhaseOutcome> folded;
+  for (const PhaseOutcome& o : outcomes) folded.push_back({o.example_id, o.phase % S, o.correct});
   d.fold = summarize(folded, S, S, opts);
-  std::vector<PhaseRow> interior(d.fold->phases.begin(), d.fold->phases.end() - 1);
-  if (interior.size() >= 2) d.interior = chi_square_homogeneity(interior);
 }
 
 }  // namespace

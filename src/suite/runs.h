@@ -17,7 +17,9 @@ struct SweepData {
   PhaseSummary summary;              // at the suite's modulus
   nlohmann::json meta;               // summary.json's "meta" (records, sweep settings, ...)
   std::optional<PhaseSummary> fold;  // folded mod the run's own stride (LoadSuiteOptions::fold)
-  std::optional<ChiSquareTest> interior;  // homogeneity of the interior phases (folded)
+  // Do the interior phases differ? The sign-flip test of summary.h StrideSplit::interior_test on
+  // the unfolded records (each example one cluster).
+  std::optional<FlipResult> interior;
   double shortcut = NAN;
 };
 
@@ -40,13 +42,14 @@ struct RunData {
 };
 
 struct SuiteResults {
-  nlohmann::json suite;  // suite.json
+  nlohmann::json suite;       // suite.json
   std::vector<RunData> runs;  // in the suite file's order, with or without results
 };
 
 struct LoadSuiteOptions {
-  // Refold every sweep's records mod the run's stride (reads results.jsonl, bootstraps again):
-  // what `repro report`'s fold columns need, and nothing else does.
+  // Summarise every sweep again from its records (reads results.jsonl: this build's statistics,
+  // not the ones summary.json was written with) and refold them mod the run's stride: what
+  // `repro report` needs, and nothing else does.
   bool fold = false;
 };
 
