@@ -39,7 +39,7 @@ TEST(ClusterTests, StridesThatDoNotDivideTheModulusAreFoundFromKeyPositions) {
     EXPECT_EQ(d.by_period.size(), 11u);  // 2..12
     EXPECT_EQ(d.detected, S);
     EXPECT_LT(d.p_value, 0.01);
-    EXPECT_GT(d.detected_support(), 0.8);
+    EXPECT_GT(d.detected_support(), 0.5);  // 20 resamples; a multiple (10, 14) takes the rest
   }
   // Without positions the same data can only be folded by divisors of 24.
   auto outcomes = sweep(setting(24, 5, 0.0, calibrate::Profile::boundary, 0.9, 0.5, 100), 45);

@@ -16,8 +16,9 @@ namespace {
 namespace fs = std::filesystem;
 
 // Bottom to top.
+// v4 (the DeepSeek-V4 family) sits beside model (the Qwen3-style family): both build on io.
 const std::vector<std::string> kLayers = {"util",    "config",  "task",  "io",    "kernels",
-                                          "model",   "runtime", "backend", "train", "eval",
+                                          "model",   "v4",      "runtime", "backend", "train", "eval",
                                           "report",  "probe",   "theory", "explain", "suite",
                                           "server",  "perf",    "cli",    "tools"};
 

@@ -95,7 +95,9 @@ Folded fold_cells(const std::vector<double>& values, int64_t n, int modulus,
   f.groups = groups;
   f.n = n;
   f.z.assign(static_cast<size_t>(n) * groups, kNaN);
-  std::vector<double> sum(groups), count(groups);
+  f.cells.assign(groups, 0.0);
+  std::vector<double> sum(groups), count(groups), examples(groups, 0.0);
+  double sq = 0.0, all_cells = 0.0;
   for (int64_t i = 0; i < n; ++i) {
     std::fill(sum.begin(), sum.end(), 0.0);
     std::fill(count.begin(), count.end(), 0.0);
@@ -111,8 +113,21 @@ Folded fold_cells(const std::vector<double>& values, int64_t n, int modulus,
     if (cells == 0) continue;
     const double level = total / cells;
     for (int g = 0; g < groups; ++g)
-      if (count[g] > 0) f.z[i * groups + g] = sum[g] / count[g] - level;
+      if (count[g] > 0) {
+        f.z[i * groups + g] = sum[g] / count[g] - level;
+        f.cells[g] += count[g];
+        examples[g] += 1.0;
+      }
+    for (int r = 0; r < modulus; ++r) {
+      const size_t c = static_cast<size_t>(i) * modulus + r;
+      if (labels[c] < 0 || std::isnan(values[c])) continue;
+      sq += (values[c] - level) * (values[c] - level);
+      all_cells += 1.0;
+    }
   }
+  for (int g = 0; g < groups; ++g)
+    if (examples[g] > 0) f.cells[g] /= examples[g];
+  f.cell_var = all_cells > 0 ? sq / all_cells : 0.0;
   return f;
 }
 
@@ -166,13 +181,33 @@ FoldStat fold_stat(const Folded& f, const std::vector<double>* weights,
   // A floor for data without spread (every example with the same profile, as a deterministic
   // server gives): T stays proportional to the between-group sum of squares, so the period that
   // explains more of the profile still scores higher, instead of every candidate hitting a cap.
-  s.vbar = std::max(var_sum / present, kMinVariance);
+  s.vbar = var_sum / present;
   double between = 0.0;
   for (int g = 0; g < G; ++g)
-    if (s.n[g] > 0) between += s.n[g] * (s.mean[g] - centre) * (s.mean[g] - centre);
-  s.t = between / s.vbar;
+    if (s.n[g] > 0) between += s.n[g] * f.cells[g] * (s.mean[g] - centre) * (s.mean[g] - centre);
+  // The floor keeps T finite for data without spread (a deterministic server).
+  s.t = between / std::max(f.cell_var, kMinVariance);
   s.score = -chi_square_log10_sf(s.t, s.df);
   return s;
+}
+
+double nested_p(const Folded& p, const Folded& d, const std::vector<double>* weights) {
+  const int P = p.groups, D = d.groups;
+  double t = 0.0;
+  for (int g = 0; g < P; ++g) {
+    double n = 0.0, sum = 0.0, sum2 = 0.0;
+    for (int64_t i = 0; i < p.n; ++i) {
+      const double w = weights ? (*weights)[i] : 1.0;
+      const double zp = p.at(i, g), zd = d.at(i, g % D);
+      if (w == 0.0 || std::isnan(zp) || std::isnan(zd)) continue;
+      n += w, sum += w * (zp - zd), sum2 += w * (zp - zd) * (zp - zd);
+    }
+    if (n < 2) continue;
+    const double mean = sum / n;
+    const double var = std::max(0.0, sum2 - n * mean * mean) / (n - 1);
+    t += n * mean * mean / std::max(var, kMinVariance);
+  }
+  return chi_square_sf(t, P - D);
 }
 
 FlipTest sign_flip_test(const std::vector<Folded>& folds, int flips, int max_flips, uint64_t seed) {

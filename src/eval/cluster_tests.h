@@ -46,6 +46,10 @@ struct Folded {
   int groups = 0;
   int64_t n = 0;
   std::vector<double> z;  // n * groups
+  // Mean cells per example in each group, and the mean over included cells of the centred value
+  // squared: a scale common to every fold of one table (sign flips leave it unchanged).
+  std::vector<double> cells;
+  double cell_var = 0.0;
   double at(int64_t i, int g) const { return z[i * groups + g]; }
 };
 // labels[cell] in [-1, groups); values: n * modulus (the table's y, or residuals).
@@ -58,11 +62,13 @@ std::vector<int> labels_folded_subset(const ClusterTable& t, int stride,
 
 // The group means of a Folded under example weights (bootstrap multiplicities, default 1) and
 // signs (+-1, default +1), and the statistic comparing them:
-//   T = sum_g n_g (m_g - mean_g m_g)^2 / vbar,
-// vbar the mean over groups of the within-group variance of z_i(g) (at least 1e-6). Near
-// chi-square(G - 1) when the groups are independent; its p-values here come from sign flips, so it
-// only has to rank datasets; -log10 of its chi-square tail makes periods with different G
-// comparable (`score`).
+//   T = sum_g n_g c_g (m_g - mean_g m_g)^2 / cell_var,
+// c_g the cells per example in group g: the pooled chi-square of the cells, on one scale for
+// every fold of a table, so that a fold that explains more of the profile scores higher (a
+// fold's own within-group variance would reward folds whose groups mix unlike phases). Near
+// chi-square(G - 1) for independent cells; its p-values here come from sign flips, so it only
+// has to rank; -log10 of its chi-square tail makes folds with different G comparable (`score`).
+// vbar: the mean within-group variance of z_i(g), for reference.
 struct FoldStat {
   std::vector<double> mean;  // m_g (NaN for a group without examples)
   std::vector<double> n;     // weighted examples per group
@@ -73,6 +79,11 @@ struct FoldStat {
 };
 FoldStat fold_stat(const Folded& f, const std::vector<double>* weights = nullptr,
                    const std::vector<int8_t>* signs = nullptr);
+
+// Does fold P reduce to fold D (D divides P, both of one table)? Per example the residual
+// d_i(g) = z_P,i(g) - z_D,i(g mod D); sum over g of n_g mean(d(g))^2 / var(d(g)), a cluster-level
+// test on P - D degrees of freedom (chi-square tail). weights: bootstrap multiplicities.
+double nested_p(const Folded& p, const Folded& d, const std::vector<double>* weights = nullptr);
 
 // A sign-flip p-value for the maximum score over several Folded (one per candidate period; one
 // Folded is a plain test). Flips run in batches of `flips`; after a batch the test stops once

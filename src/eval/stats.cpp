@@ -224,35 +224,23 @@ PeriodFolds period_folds(const ClusterTable& t) {
   return out;
 }
 
-// Does the profile folded mod P reduce to the one folded mod D (D divides P)? The P group means
-// against the D means they collapse to, on P - D degrees of freedom, with P's within variance.
-double nested_p(const FoldStat& p, const FoldStat& d) {
-  const int P = static_cast<int>(p.mean.size()), D = static_cast<int>(d.mean.size());
-  if (p.vbar <= 1e-12) return 0.0;
-  double t = 0.0;
-  for (int g = 0; g < P; ++g) {
-    if (p.n[g] <= 0 || std::isnan(d.mean[g % D])) continue;
-    t += p.n[g] * (p.mean[g] - d.mean[g % D]) * (p.mean[g] - d.mean[g % D]);
-  }
-  return chi_square_sf(t / p.vbar, P - D);
-}
-
-// The argmax period, reduced to its smallest divisor whose folding is not significantly worse.
-int parsimonious_period(const std::vector<int>& periods, const std::vector<FoldStat>& stats) {
+// The argmax period, reduced to its smallest divisor whose fold is not significantly worse.
+int parsimonious_period(const PeriodFolds& pf, const std::vector<FoldStat>& stats,
+                        const std::vector<double>* weights = nullptr) {
   size_t best = 0;
   for (size_t k = 0; k < stats.size(); ++k)
     if (stats[k].score > stats[best].score) best = k;
   for (size_t k = 0; k < best; ++k) {  // ascending period: the first adequate divisor wins
-    if (periods[best] % periods[k] != 0) continue;
-    if (nested_p(stats[best], stats[k]) >= kNestedAlpha) return periods[k];
+    if (pf.periods[best] % pf.periods[k] != 0) continue;
+    if (nested_p(pf.folds[best], pf.folds[k], weights) >= kNestedAlpha) return pf.periods[k];
   }
-  return periods[best];
+  return pf.periods[best];
 }
 
 int detected_with(const PeriodFolds& pf, const std::vector<double>* weights) {
   std::vector<FoldStat> stats;
   for (const Folded& f : pf.folds) stats.push_back(fold_stat(f, weights));
-  return parsimonious_period(pf.periods, stats);
+  return parsimonious_period(pf, stats, weights);
 }
 
 // How often an example resample detects each period.
@@ -279,7 +267,7 @@ PeriodDetection detect_period_table(const ClusterTable& t, const SummaryOptions&
     stats.push_back(fold_stat(pf.folds[k]));
     d.by_period.push_back({pf.periods[k], stats.back().t, stats.back().df, stats.back().score});
   }
-  d.detected = parsimonious_period(pf.periods, stats);
+  d.detected = parsimonious_period(pf, stats);
   const FlipTest flips = sign_flip_test(pf.folds, o.permutations, o.max_permutations, o.seed);
   d.statistic = flips.statistic;
   d.p_value = flips.p_value;
