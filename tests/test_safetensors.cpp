@@ -232,6 +232,43 @@ TEST(Safetensors, UnknownDtypeListsAllowed) {
   EXPECT_CONTAINS(msg, "F32, BF16, F16, F64, I64, I32");
 }
 
+// DeepSeek-V4's quantized layout: FP8 weights, E8M0 scales and MXFP4 codes are one byte each and
+// load as their raw bytes (libtorch 1.13 has no float8 types); I8 and U8 round-trip.
+TEST(Safetensors, ByteDtypesLoadAsRawBytes) {
+  TempDir dir;
+  const std::string path = dir.file("fp8.safetensors");
+  write_raw(path, raw_file(R"({"w":{"dtype":"F8_E4M3","shape":[2,2],"data_offsets":[0,4]},)"
+                           R"("s":{"dtype":"F8_E8M0","shape":[1,1],"data_offsets":[4,5]},)"
+                           R"("e":{"dtype":"I8","shape":[1,2],"data_offsets":[5,7]},)"
+                           R"("u":{"dtype":"U8","shape":[1],"data_offsets":[7,8]}})",
+                           std::string("\x38\xc0\x7e\x01\x7f\xf0\x0f\xff", 8)));
+  phasekv::SafetensorsFile f = phasekv::load_safetensors(path);
+  EXPECT_TRUE(torch::equal(f.tensors.at("w"),
+                           torch::tensor({0x38, 0xc0, 0x7e, 0x01}, torch::kByte).reshape({2, 2})));
+  EXPECT_TRUE(torch::equal(f.tensors.at("s"), torch::tensor({0x7f}, torch::kByte).reshape({1, 1})));
+  EXPECT_TRUE(
+      torch::equal(f.tensors.at("e"), torch::tensor({-16, 15}, torch::kChar).reshape({1, 2})));
+  EXPECT_TRUE(torch::equal(f.tensors.at("u"), torch::tensor({0xff}, torch::kByte)));
+
+  const std::string saved = dir.file("bytes.safetensors");
+  phasekv::save_safetensors(saved, {{"e", f.tensors.at("e")}, {"w", f.tensors.at("w")}});
+  const std::string bytes = phasekv::read_file(saved);
+  EXPECT_CONTAINS(bytes, R"("e":{"dtype":"I8")");
+  EXPECT_CONTAINS(bytes, R"("w":{"dtype":"U8")");  // a uint8 tensor is written as U8
+  phasekv::SafetensorsFile back = phasekv::load_safetensors(saved);
+  EXPECT_TRUE(bitwise_equal(back.tensors.at("e"), f.tensors.at("e")));
+  EXPECT_TRUE(bitwise_equal(back.tensors.at("w"), f.tensors.at("w")));
+
+  // One byte per element: a shape that claims more is still refused.
+  write_raw(path, raw_file(R"({"w":{"dtype":"F8_E4M3","shape":[3],"data_offsets":[0,2]}})", "ab"));
+  std::string msg = error_of([&] { phasekv::load_safetensors(path); });
+  EXPECT_CONTAINS(msg, "dtype F8_E4M3 needs 3 bytes");
+  write_raw(path, raw_file(R"({"w":{"dtype":"F8_E5M2","shape":[2],"data_offsets":[0,2]}})", "ab"));
+  msg = error_of([&] { phasekv::load_safetensors(path); });
+  EXPECT_CONTAINS(msg, "unsupported dtype \"F8_E5M2\"");
+  EXPECT_CONTAINS(msg, "I8, U8, F8_E4M3, F8_E8M0");
+}
+
 TEST(Safetensors, ShapeInconsistentWithOffsets) {
   TempDir dir;
   const std::string path = dir.file("shape.safetensors");

@@ -147,15 +147,6 @@ TEST(V4ModelDir, RoundTripF32AndBf16) {
   EXPECT_LT(test::max_abs_diff(b16.forward(tokens), m.forward(tokens)), 0.5);
 }
 
-std::string load_error(const std::filesystem::path& dir) {
-  try {
-    v4::load_v4_dir(dir.string());
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(V4ModelDir, NamedErrors) {
   v4::V4Model m = test::v4_small_model(15);
   const auto dir = test::temp_dir("v4bad");
@@ -171,31 +162,34 @@ TEST(V4ModelDir, NamedErrors) {
     t.erase(std::find_if(t.begin(), t.end(),
                          [](auto& p) { return p.first == "layers.1.attn.compressor.ape"; }));
   });
-  EXPECT_NE(load_error(dir).find("missing tensor 'layers.1.attn.compressor.ape' (expected shape "
-                                 "[4, 16])"),
-            std::string::npos)
-      << load_error(dir);
+  EXPECT_NE(
+      test::v4_load_error(dir).find("missing tensor 'layers.1.attn.compressor.ape' (expected shape "
+                                    "[4, 16])"),
+      std::string::npos)
+      << test::v4_load_error(dir);
   rewrite([](NamedTensors& t) {
     for (auto& [n, x] : t)
       if (n == "layers.1.attn.compressor.ape") x = torch::zeros({4, 8});
   });
-  EXPECT_NE(load_error(dir).find("'layers.1.attn.compressor.ape' has shape [4, 8] (expected [4, "
-                                 "16]"),
-            std::string::npos)
-      << load_error(dir);
+  EXPECT_NE(
+      test::v4_load_error(dir).find("'layers.1.attn.compressor.ape' has shape [4, 8] (expected [4, "
+                                    "16]"),
+      std::string::npos)
+      << test::v4_load_error(dir);
   // MTP tensors and a hash layer's unused selection bias are skipped; anything else is refused.
   rewrite([](NamedTensors& t) {
     t.emplace_back("mtp.0.attn.wkv.weight", torch::zeros({2}));
     t.emplace_back("layers.0.ffn.gate.bias", torch::zeros({3}));
   });
-  EXPECT_EQ(load_error(dir), "");
+  EXPECT_EQ(test::v4_load_error(dir), "");
   rewrite([](NamedTensors& t) { t.emplace_back("layers.0.attn.wq.weight", torch::zeros({2})); });
-  EXPECT_NE(load_error(dir).find("unexpected tensor 'layers.0.attn.wq.weight'"), std::string::npos);
+  EXPECT_NE(test::v4_load_error(dir).find("unexpected tensor 'layers.0.attn.wq.weight'"),
+            std::string::npos);
   rewrite([](NamedTensors& t) {
     for (auto& [n, x] : t)
       if (n == "layers.0.ffn.gate.tid2eid") x = torch::full_like(x, 3);
   });
-  EXPECT_NE(load_error(dir).find("expert ids outside [0, 3)"), std::string::npos);
+  EXPECT_NE(test::v4_load_error(dir).find("expert ids outside [0, 3)"), std::string::npos);
 }
 
 TEST(V4Cli, InitThenLogits) {

@@ -2,8 +2,13 @@
 // switched on: a sliding-window layer, an overlapping ratio-4 layer with its indexer (top-k below
 // the entry count), a non-overlapping ratio-8 layer, a hash-routed first layer, a shared expert.
 #pragma once
+#include <filesystem>
+#include <string>
+
+#include "util/error.h"
 #include "v4/config.h"
 #include "v4/model.h"
+#include "v4/model_dir.h"
 
 namespace phasekv::test {
 
@@ -39,6 +44,16 @@ inline v4::V4Model v4_small_model(uint64_t seed, v4::V4Config c = v4_small_confi
   v4::V4Model m(std::move(c));
   m.init_random(seed);
   return m;
+}
+
+// The message with which load_v4_dir refuses `dir` ("" when it loads).
+inline std::string v4_load_error(const std::filesystem::path& dir) {
+  try {
+    v4::load_v4_dir(dir.string());
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace phasekv::test

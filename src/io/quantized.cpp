@@ -57,7 +57,12 @@ float e4m3_to_float(uint8_t byte) {
 
 float e8m0_to_float(uint8_t byte) {
   if (byte == 0xFF) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, static_cast<int>(byte) - 127);  // 2^-127 is an f32 subnormal: exact
+  // Built from bits, not with ldexp: training threads run with denormals flushed
+  // (model/precision.h), and 2^-127 (byte 0) is an f32 subnormal that arithmetic would flush.
+  const uint32_t bits = byte == 0 ? 0x00400000u : static_cast<uint32_t>(byte) << 23;
+  float v;
+  std::memcpy(&v, &bits, sizeof v);
+  return v;
 }
 
 float e2m1_to_float(uint8_t code) {

@@ -24,8 +24,18 @@ const char* const kMetadataKey = "__metadata__";
 // The torch type of each safetensors_dtypes() name (load_safetensors fails loudly on a name
 // missing here; Safetensors.RoundTripIsBitwiseExactWithMetadata saves and loads every one).
 const std::vector<std::pair<std::string, torch::ScalarType>> kTorchTypes = {
-    {"F32", torch::kFloat},  {"BF16", torch::kBFloat16}, {"F16", torch::kHalf},
-    {"F64", torch::kDouble}, {"I64", torch::kLong},      {"I32", torch::kInt}};
+    {"F32", torch::kFloat},
+    {"BF16", torch::kBFloat16},
+    {"F16", torch::kHalf},
+    {"F64", torch::kDouble},
+    {"I64", torch::kLong},
+    {"I32", torch::kInt},
+    {"I8", torch::kChar},
+    {"U8", torch::kByte},
+    // libtorch 1.13 has no float8 types: FP8 weights and E8M0 scales load as their raw bytes
+    // (uint8). A uint8 tensor is saved as U8, the first match.
+    {"F8_E4M3", torch::kByte},
+    {"F8_E8M0", torch::kByte}};
 
 std::optional<std::string> dtype_name(torch::ScalarType type) {
   for (const auto& [name, t] : kTorchTypes)
@@ -117,6 +127,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     if (e.end > e.begin)
       std::memcpy(t.data_ptr(), buf.data() + header.data_start + e.begin, e.end - e.begin);
     out.tensors.emplace(e.name, std::move(t));
+    out.dtypes.emplace(e.name, e.dtype);
   }
   return out;
 }

@@ -14,15 +14,17 @@ namespace phasekv {
 // Ordered so the caller decides the layout of the data section; names must be unique.
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Supported dtypes: F32, BF16, F16, F64, I64, I32. Tensors on other devices are copied to the CPU.
-// The file appears atomically (temporary name, then rename); throws Error on unsupported dtypes,
-// duplicate or reserved names, or I/O failure.
+// Supported dtypes: F32, BF16, F16, F64, I64, I32, I8, U8 (and F8_E4M3 / F8_E8M0 loaded as bytes).
+// Tensors on other devices are copied to the CPU. The file appears atomically (temporary name, then
+// rename); throws Error on unsupported dtypes, duplicate or reserved names, or I/O failure.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsFile {
   std::map<std::string, torch::Tensor> tensors;  // CPU tensors that own their memory
   std::map<std::string, std::string> metadata;
+  // Each tensor's stored dtype name ("F8_E4M3", "U8", ...): the byte-wide ones share a torch type.
+  std::map<std::string, std::string> dtypes;
 };
 
 // Throws Error naming the file, the tensor and the byte offsets for any malformed or truncated

@@ -95,9 +95,10 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
 // shared or missing bytes are reported rather than silently tolerated.
 void check_layout(const std::string& path, std::vector<SafetensorsEntry>& entries,
                   uint64_t data_start, uint64_t file_size) {
-  std::sort(entries.begin(), entries.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-  });
+  std::sort(entries.begin(), entries.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
   uint64_t expected = 0;
   const SafetensorsEntry* prev = nullptr;
   for (const SafetensorsEntry& e : entries) {
@@ -121,8 +122,13 @@ void check_layout(const std::string& path, std::vector<SafetensorsEntry>& entrie
 }  // namespace
 
 const std::vector<std::pair<std::string, size_t>>& safetensors_dtypes() {
+  // The byte-wide ones are DeepSeek-V4's quantized layout (io/quantized.h): FP8 weights
+  // (F8_E4M3), their power-of-two scales (F8_E8M0) and MXFP4 experts (I8, or U8 as
+  // compressed-tensors writes them). Their names are kept apart so a loader can tell an FP8 weight
+  // from packed MXFP4 codes.
   static const std::vector<std::pair<std::string, size_t>> kDtypes = {
-      {"F32", 4}, {"BF16", 2}, {"F16", 2}, {"F64", 8}, {"I64", 8}, {"I32", 4}};
+      {"F32", 4}, {"BF16", 2}, {"F16", 2}, {"F64", 8},     {"I64", 8},
+      {"I32", 4}, {"I8", 1},   {"U8", 1},  {"F8_E4M3", 1}, {"F8_E8M0", 1}};
   return kDtypes;
 }
 

@@ -95,6 +95,36 @@ const std::set<std::string> kYarnKeys = {
   throw Error(where + ": key '" + key + "' " + what);
 }
 
+// DeepSeek-V4's release: FP8 e4m3 weights in 128x128 blocks with E8M0 (power-of-two) scales, the
+// routed experts in MXFP4 when expert_dtype is "fp4". The loader dequantizes exactly that
+// (v4/dequant.h); any other scheme would be read wrongly, so it is refused key by key.
+const json kDeepSeekV4Quantization = {{"quant_method", "fp8"},
+                                      {"fmt", "e4m3"},
+                                      {"scale_fmt", "ue8m0"},
+                                      {"activation_scheme", "dynamic"},
+                                      {"weight_block_size", {128, 128}}};
+
+void check_quantization(const json& j, const std::string& where) {
+  if (j.contains("expert_dtype") && !j.at("expert_dtype").is_null() &&
+      j.at("expert_dtype") != "fp4" && j.at("expert_dtype") != "fp8")
+    bad(where, "expert_dtype", "is " + j.at("expert_dtype").dump() + R"( (allowed: "fp4", "fp8"))");
+  if (!j.contains("quantization_config") || j.at("quantization_config").is_null()) return;
+  const json& q = j.at("quantization_config");
+  const std::string allowed = " (allowed: DeepSeek-V4's " + kDeepSeekV4Quantization.dump() + ")";
+  if (!q.is_object()) bad(where, "quantization_config", "is " + q.dump() + allowed);
+  for (auto it = q.begin(); it != q.end(); ++it) {
+    if (!kDeepSeekV4Quantization.contains(it.key()))
+      bad(where, "quantization_config." + it.key(), "is not read" + allowed);
+    if (it.value() != kDeepSeekV4Quantization.at(it.key()))
+      bad(where, "quantization_config." + it.key(),
+          "is " + it.value().dump() + " (allowed: " + kDeepSeekV4Quantization.at(it.key()).dump() +
+              ", as DeepSeek-V4 ships)");
+  }
+  for (auto it = kDeepSeekV4Quantization.begin(); it != kDeepSeekV4Quantization.end(); ++it)
+    if (!q.contains(it.key()))
+      bad(where, "quantization_config." + it.key(), "is missing" + allowed);
+}
+
 // A passthrough key whose value changes the architecture must hold the one value phasekv runs.
 void check_passthrough(const json& j, const std::string& where) {
   auto must_be = [&](const char* key, const json& allowed) {
@@ -106,10 +136,7 @@ void check_passthrough(const json& j, const std::string& where) {
   must_be("attention_bias", false);
   must_be("rope_interleave", true);
   must_be("topk_method", "noaux_tc");
-  if (j.contains("quantization_config") && !j.at("quantization_config").is_null())
-    bad(where, "quantization_config",
-        "is set: quantized (FP8 / MXFP4) checkpoints are not read yet (allowed: f32 or bf16 "
-        "weights, no quantization_config)");
+  check_quantization(j, where);
 }
 
 YarnConfig read_yarn(const json& j, const std::string& where) {

@@ -7,6 +7,7 @@
 #include "io/safetensors.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "v4/dequant.h"
 
 namespace phasekv::v4 {
 
@@ -18,18 +19,19 @@ bool is_v4_model_dir(const std::string& dir) {
 
 namespace {
 
-// Every *.safetensors of the directory (HF shards model-0000k-of-0000n too), merged by name.
-std::map<std::string, torch::Tensor> read_shards(const std::string& dir) {
+// Every *.safetensors of the directory (HF shards model-0000k-of-0000n too), merged by name, with
+// each tensor's stored dtype (the quantized layout needs the names: F8_E4M3 and U8 load alike).
+StoredTensors read_shards(const std::string& dir) {
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.path().extension() == ".safetensors") files.push_back(e.path());
   std::sort(files.begin(), files.end());
   if (files.empty()) throw Error(dir + ": no *.safetensors file (expected model.safetensors)");
-  std::map<std::string, torch::Tensor> all;
+  StoredTensors all;
   for (const fs::path& f : files) {
     SafetensorsFile file = load_safetensors(f.string());
     for (auto& [name, t] : file.tensors)
-      if (!all.emplace(name, t).second)
+      if (!all.emplace(name, StoredTensor{t, file.dtypes.at(name)}).second)
         throw Error(dir + ": tensor '" + name +
                     "' appears in two files (the second: " + f.filename().string() + ")");
   }
@@ -77,7 +79,11 @@ V4Model load_v4_dir(const std::string& dir) {
     if (it == found.end())
       throw Error(fmt::format("{}: missing tensor '{}' (expected shape {})", dir, s.name,
                               shape_str(s.shape)));
-    const torch::Tensor& t = it->second;
+    if (is_quantized(s, it->second)) {
+      model.tensors[s.name] = dequant_v4_weight(dir, model.cfg, s, found);
+      continue;
+    }
+    const torch::Tensor& t = it->second.data;
     if (t.sizes() != at::IntArrayRef(s.shape))
       throw Error(fmt::format("{}: tensor '{}' has shape {} (expected {} from config.json)", dir,
                               s.name, shape_str(t.sizes()), shape_str(s.shape)));
@@ -86,7 +92,11 @@ V4Model load_v4_dir(const std::string& dir) {
     else if (t.is_floating_point())
       model.tensors[s.name] = t.to(torch::kFloat32).contiguous();
     else
-      throw Error(dir + ": tensor '" + s.name + "' must be F32 or BF16 (got an integer dtype)");
+      throw Error(
+          fmt::format("{}: tensor '{}' has dtype {} (allowed: F32 or BF16; F8_E4M3 with "
+                      "a '.scale' for a projection, I8 or U8 MXFP4 codes for a routed "
+                      "expert)",
+                      dir, s.name, it->second.dtype));
     found.erase(it);
   }
   for (const auto& [name, t] : found)
@@ -107,7 +117,11 @@ void save_v4_dir(const std::string& dir, const V4Model& model, torch::ScalarType
                                                         : t.detach().to(dtype).contiguous());
   }
   save_safetensors((fs::path(dir) / "model.safetensors").string(), out, {{"format", "pt"}});
-  write_config((fs::path(dir) / "config.json").string(), model.cfg);
+  // The weights are written dequantized, so the quantized layout's keys no longer describe them.
+  V4Config cfg = model.cfg;
+  cfg.passthrough.erase("quantization_config");
+  cfg.passthrough.erase("expert_dtype");
+  write_config((fs::path(dir) / "config.json").string(), cfg);
 }
 
 }  // namespace phasekv::v4
