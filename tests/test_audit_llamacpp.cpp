@@ -52,14 +52,14 @@ Prompt prompt_with_key_at(test::ToyTokenizer& toy, int key_pos) {
   Prompt p;
   p.tokens = {0};
   while (static_cast<int>(p.tokens.size()) + 3 < key_pos) p.tokens.push_back(toy.id(" the"));
-  for (const std::string& w : {"\nkey", " "})
+  for (const char* w : {"\nkey", " "})
     for (int32_t t : toy.encode(w, false)) p.tokens.push_back(t);
   EXPECT_EQ(static_cast<int>(p.tokens.size()), key_pos);
-  for (const std::string& w : {"4821", " -> value", " 7314", "."})
+  for (const char* w : {"4821", " -> value", " 7314", "."})
     for (int32_t t : toy.encode(w, false)) p.tokens.push_back(t);
   p.target = toy.encode("731", false).front();
-  for (const std::string& w : {" The grass is green.", "\n\nQuestion: what is the value of key",
-                               " 4821", "?\nAnswer: key", " 4821", " -> value", " "})
+  for (const char* w : {" The grass is green.", "\n\nQuestion: what is the value of key",
+                        " 4821", "?\nAnswer: key", " 4821", " -> value", " "})
     for (int32_t t : toy.encode(w, false)) p.tokens.push_back(t);
   return p;
 }

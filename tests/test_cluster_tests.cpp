@@ -60,7 +60,9 @@ TEST(ClusterTests, SmallPValuesAreResolvedByMoreFlips) {
   // A null dataset stops after the first batch (enough flips exceeded the statistic).
   const auto null = setting(24, 8, 0.0, calibrate::Profile::flat, 0.5, 0.0, 100);
   const PeriodDetection n = detect_period(sweep(null, 8), 24, o);
-  if (n.p_value > 0.1) EXPECT_EQ(n.permutations, 200);
+  if (n.p_value > 0.1) {
+    EXPECT_EQ(n.permutations, 200);
+  }
 }
 
 TEST(ClusterTests, GapIntervalContainsItsEstimateAndCoversTheTruth) {
@@ -85,7 +87,9 @@ TEST(ClusterTests, GapIntervalContainsItsEstimateAndCoversTheTruth) {
     EXPECT_GE(covered, 55) << "true gap " << 100 * gap;
     // The bias correction moves the mean toward the truth; the null gap explains a flat model.
     EXPECT_LT(std::abs(corrected - 100 * gap), std::abs(observed - 100 * gap));
-    if (gap == 0.0) EXPECT_NEAR(null, observed, 0.2 * observed);
+    if (gap == 0.0) {
+      EXPECT_NEAR(null, observed, 0.2 * observed);
+    }
   }
 }
 

@@ -41,7 +41,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 TaskConfig small_task() { return test::small_kv_task(); }
-ModelConfig small_model_config() { return test::small_kv_model_config(40); }
 
 fs::path temp_dir(const std::string& name) { return test::temp_dir("http_" + name); }
 using test::expect_error;

@@ -595,7 +595,9 @@ TEST(Lookup, TrainingInSequenceShareChoosesThePaddingOfTheSameExamples) {
       ASSERT_EQ(ex.phase, half[i].phase) << i;
       ASSERT_EQ(ex.tokens.size(), half[i].tokens.size()) << i;
       ASSERT_EQ(ex.target().key_pos, half[i].target().key_pos) << i;
-      if (ex.padding == half[i].padding) ASSERT_EQ(ex.tokens, half[i].tokens) << i;
+      if (ex.padding == half[i].padding) {
+        ASSERT_EQ(ex.tokens, half[i].tokens) << i;
+      }
     }
   }
   // Other tasks pad the prefix only: another share is an error, not silently ignored.

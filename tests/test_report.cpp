@@ -224,6 +224,39 @@ TEST(Report, VerdictFlat) {
       << f.text();
 }
 
+// With --min-gap: the sensitivity decides between "inconclusive" and the plain null, which then
+// says why it can be trusted.
+TEST(Report, VerdictWithMinGap) {
+  PhaseSummary s = made_summary(3, 0.80, 0.95, 0.88, 0.31);
+  s.gap_ci_pp = {0.0, 22.5};
+  Sensitivity v;
+  v.min_gap_pp = 10, v.stride = 4, v.examples = 40, v.power = 0.34, v.examples_needed = 160;
+  s.sensitivity = v;
+  EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kInconclusive);
+  EXPECT_EQ(phase_verdict(s).text(),
+            "inconclusive at 10 pp: no period found (p = 0.310), but 40 examples per phase detect "
+            "a 10 pp dip every 4 phases with probability 34 % (simulated), and the data do not "
+            "rule it out: about 160 examples per phase would detect it (phasekv plan --min-gap "
+            "10); accuracy 0.880 \u00b1 0.080 across phases (worst phase r = 3 (entry boundary) at "
+            "0.800 vs best 0.950; gap 15.0 pp, 95 % CI [0.0, 22.5])");
+  s.sensitivity->power = 0.91;
+  EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNoPeriodDetected);
+  EXPECT_NE(phase_verdict(s).text().find(
+                "22.5]); 40 examples per phase detect a 10 pp dip every 4 phases with "
+                "probability 91 % (simulated)"),
+            std::string::npos)
+      << phase_verdict(s).text();
+  s.sensitivity->power = 0.2;
+  s.sensitivity->ruled_out = true;
+  EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNoPeriodDetected);
+  EXPECT_NE(phase_verdict(s).text().find(
+                "; a gap of 10 pp or more is ruled out (above the gap's 95 % interval)"),
+            std::string::npos);
+  // A detected period is not second-guessed.
+  s.period.p_value = 0.001;
+  EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kPhaseSensitive);
+}
+
 TEST(Report, VerdictWithoutAPeriodTest) {
   PhaseSummary s = made_summary(1, 0.5, 1.0, 0.75, 1.0);
   s.modulus = 2;

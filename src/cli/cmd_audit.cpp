@@ -29,6 +29,7 @@
 #include "backend/http_text_task.h"
 #include "cli/commands.h"
 #include "cli/path_options.h"
+#include "eval/plan.h"
 #include "eval/runner.h"
 #include "eval/stats.h"
 #include "eval/sweep.h"
@@ -68,6 +69,8 @@ struct AuditArgs {
   int max_tokens = 0;
   int max_stride = 0;  // --max-stride: the largest stride the blind audit must resolve
   int log_samples = 0;
+  double min_gap_pp = 0;  // --min-gap: the verdict says whether this n could find such a gap
+  bool plan = false;      // --plan: the examples needed (eval/plan.h), after the dry run's cost
   SlaGate sla;
 };
 
@@ -286,11 +289,18 @@ void print_plan(const AuditArgs& a, AuditPlan& p, const HttpBackend& http, json&
   if (!a.price_per_mtok.empty())
     p.prices = parse_token_prices(a.price_per_mtok, "--price-per-mtok");
   audit["plan"] = plan_json(p);
-  if (a.dry_run)
-    std::cout << plan_text(p, http, a.out)
-              << "dry run: nothing was scored and nothing was written\n";
-  else
+  if (!a.dry_run) {
     std::cerr << plan_text(p, http, a.out);
+    return;
+  }
+  std::cout << plan_text(p, http, a.out);
+  if (a.plan) {  // the examples a --min-gap dip needs, priced at this audit's tokens per item
+    const int64_t per_item = p.pending > 0 ? p.prompt_tokens / p.pending : p.longest_prompt;
+    const PlanRequest r =
+        plan_request_for(a.modulus, a.stride, a.min_gap_pp > 0 ? a.min_gap_pp : 10.0);
+    std::cout << plan_text(plan_examples(r), per_item);
+  }
+  std::cout << "dry run: nothing was scored and nothing was written\n";
 }
 
 // --log-samples N: up to N items spread evenly over the (example, phase) grid, each with the
@@ -363,6 +373,12 @@ HttpBackendOptions backend_options(const AuditArgs& a) {
 
 void validate(const AuditArgs& a) {
   if (a.modulus < 2) throw Error("--modulus must be >= 2 (phases 0..M-1)");
+  if (!(a.min_gap_pp >= 0 && a.min_gap_pp <= 100))
+    throw Error(fmt::format("--min-gap {} pp must lie in (0, 100] (0: off)", a.min_gap_pp));
+  if (a.plan && a.modulus < 4)
+    throw Error(fmt::format("--plan needs --modulus >= 4 (is {}): a period needs two "
+                            "repetitions of at least 2 phases",
+                            a.modulus));
   if (a.max_stride < 0 || (a.max_stride > 0 && 2 * static_cast<int64_t>(a.max_stride) > a.modulus))
     throw Error(fmt::format(
         "--max-stride {} needs --modulus >= {} (a period is resolved from two repetitions within "
@@ -457,6 +473,7 @@ std::optional<PhaseSummary> audit_ids(const AuditArgs& a, HttpBackend& http, Tas
   o.batch = std::max(32, 4 * a.concurrency);
   o.stats.bootstrap_reps = a.bootstrap;
   o.stats.permutations = a.permutations;
+  o.min_gap_pp = a.min_gap_pp;
   o.model_meta = {{"endpoint", http.describe()["endpoint"]}, {"audit", true}};
   o.progress = &std::cerr;
   o.progress_label = "audit";
@@ -656,6 +673,7 @@ PhaseSummary text_summary(const std::vector<PhaseOutcome>& outcomes, const Audit
   PhaseSummary s = summarize(outcomes, a.modulus, a.stride, stats);
   s.planned_outcomes = planned;
   s.shortcut = 1.0 / std::max(1, a.records);
+  attach_sensitivity(s, a.min_gap_pp, 2, stats.seed);
   return s;
 }
 
@@ -977,6 +995,11 @@ void register_audit(CLI::App& app) {
                   "the server's context size in tokens, instead of what it reports");
   cmd->add_flag("--dry-run", a->dry_run,
                 "print the plan (requests, tokens, time) after the discovery requests and stop");
+  cmd->add_flag("--plan", a->plan,
+                "--dry-run, then the examples per phase needed to detect a --min-gap dip (default "
+                "10 pp) and to certify a flat model, by simulation, priced in this audit's "
+                "tokens (as `phasekv plan`)");
+  add_min_gap_option(cmd, a->min_gap_pp);
   cmd->add_option("--max-retry-after-s", a->max_retry_after_s,
                   "longest Retry-After (429/503) waited out; longer fails the request");
   cmd->add_option("--request-cache", a->request_cache,
@@ -1013,6 +1036,7 @@ void register_audit(CLI::App& app) {
       "--give-up-after-s (results kept; a rerun resumes); 100 and up a usage error.");
   cmd->callback([a, modulus] {
     if (a->max_stride > 0 && modulus->count() == 0) a->modulus = std::max(a->modulus, 2 * a->max_stride);
+    a->dry_run = a->dry_run || a->plan;
     run_audit(*a);
   });
 }

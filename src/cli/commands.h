@@ -38,6 +38,9 @@ CLI::Validator at_least_one();
 
 // The worst-phase SLA gate (eval/sla_gate.h) of sweep and audit: --max-gap and --min-worst on
 // `cmd`, filling `gate`.
+// --min-gap PP (sweep, audit): the smallest gap worth detecting; the verdict says whether the
+// examples could have found it (eval/plan.h attach_sensitivity).
+void add_min_gap_option(CLI::App* cmd, double& min_gap_pp);
 void add_sla_options(CLI::App* cmd, SlaGate& gate);
 // Thrown by a command whose results are written but whose SLA gate failed; main() returns
 // kSlaFailedExit. The command has printed the verdict.

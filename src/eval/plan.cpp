@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "eval/calibrate.h"
@@ -15,7 +16,7 @@ calibrate::Setting setting(const PlanRequest& r, int examples, bool with_dip) {
   s.group = with_dip ? "plan-detect" : "plan-certify";
   s.modulus = r.modulus;
   s.stride = r.stride;
-  s.stride_given = r.modulus % r.stride == 0 ? r.stride : 0;
+  s.stride_given = r.stride_known && r.modulus % r.stride == 0 ? r.stride : 0;
   s.profile = with_dip ? calibrate::Profile::boundary : calibrate::Profile::flat;
   s.top = r.accuracy;
   s.gap = with_dip ? r.min_gap : 0.0;
@@ -24,6 +25,19 @@ calibrate::Setting setting(const PlanRequest& r, int examples, bool with_dip) {
   s.examples = examples;
   s.datasets = r.datasets;
   return s;
+}
+
+// The tests as a sweep runs them, with fixed flips (p < 0.05 <=> at most 8 of 199 reach the
+// observed) and without the bootstraps that no verdict here reads.
+calibrate::Options simulation_options(const PlanRequest& r) {
+  calibrate::Options o;
+  o.permutations = 199;
+  o.bootstrap_reps = 0;
+  o.period_bootstrap = 0;
+  o.threads = r.threads;
+  o.seed = r.seed;
+  o.sla_max_gap_pp = {100.0 * r.min_gap};
+  return o;
 }
 
 }  // namespace
@@ -48,6 +62,9 @@ void validate(const PlanRequest& r) {
   if (!(r.replica >= 0.0 && r.replica <= 1.0))
     throw Error(fmt::format("--replica {} must lie in [0, 1]", r.replica));
   if (r.datasets < 20) throw Error(fmt::format("--datasets {}: at least 20", r.datasets));
+  if (r.min_examples < 1 || r.min_examples > r.max_examples)
+    throw Error(
+        fmt::format("plan: examples from {} to {} is no grid", r.min_examples, r.max_examples));
   if (r.max_examples < 25)
     throw Error(fmt::format("--max-examples {}: at least 25", r.max_examples));
 }
@@ -56,15 +73,9 @@ Plan plan_examples(const PlanRequest& r) {
   validate(r);
   Plan p;
   p.request = r;
-  calibrate::Options o;
-  o.permutations = 199;  // fixed flips: p < 0.05 <=> at most 8 of 199 reach the observed
-  o.bootstrap_reps = 0;  // the gate's intervals need no bootstrap
-  o.period_bootstrap = 0;
-  o.threads = r.threads;
-  o.seed = r.seed;
-  o.sla_max_gap_pp = {100.0 * r.min_gap};
+  const calibrate::Options o = simulation_options(r);
   int index = 0;
-  for (int n = 25; n <= r.max_examples; n *= 2) {
+  for (int n = r.min_examples; n <= r.max_examples; n *= 2) {
     PlanPoint pt;
     pt.examples = n;
     if (p.examples_to_detect == 0) {
@@ -75,7 +86,7 @@ Plan plan_examples(const PlanRequest& r) {
     } else {
       pt.detect = pt.detect_se = NAN;  // already reached: not simulated again
     }
-    if (p.examples_to_certify == 0) {
+    if (r.certify && p.examples_to_certify == 0) {
       const calibrate::Result c = calibrate::run_setting(setting(r, n, false), o, index++);
       pt.certify = 1.0 - c.sla_fail.front().value();
       pt.certify_se = c.sla_fail.front().se();
@@ -84,9 +95,49 @@ Plan plan_examples(const PlanRequest& r) {
       pt.certify = pt.certify_se = NAN;
     }
     p.curve.push_back(pt);
-    if (p.examples_to_detect && p.examples_to_certify) break;
+    if (p.examples_to_detect && (p.examples_to_certify || !r.certify)) break;
   }
   return p;
+}
+
+PlanRequest plan_request_for(int modulus, int stride, double min_gap_pp, int threads) {
+  PlanRequest r;
+  r.modulus = modulus;
+  r.stride_known = stride >= 2 && 2 * stride <= modulus;
+  r.stride = r.stride_known ? stride : modulus / 2;
+  r.min_gap = min_gap_pp / 100.0;
+  r.threads = std::max(1, threads);
+  return r;
+}
+
+void attach_sensitivity(PhaseSummary& s, double min_gap_pp, int threads, uint64_t seed) {
+  if (min_gap_pp <= 0.0 || s.modulus < 4 || s.examples < 1) return;
+  if (min_gap_pp > 100.0)
+    throw Error(fmt::format("--min-gap {} pp must lie in (0, 100]", min_gap_pp));
+  PlanRequest r = plan_request_for(s.modulus, s.stride, min_gap_pp, threads);
+  r.accuracy = std::clamp(std::isnan(s.mean_acc) ? 1.0 : s.mean_acc, r.min_gap, 1.0);
+  r.seed = seed;
+  validate(r);
+  Sensitivity out;
+  out.min_gap_pp = min_gap_pp;
+  out.stride = r.stride;
+  out.stride_assumed = !r.stride_known;
+  out.accuracy = r.accuracy;
+  out.icc = r.icc;
+  out.examples = s.examples;
+  out.datasets = r.datasets;
+  const int n = static_cast<int>(std::min<int64_t>(s.examples, 1 << 20));
+  const calibrate::Result d = calibrate::run_setting(setting(r, n, true), simulation_options(r), 0);
+  out.power = d.period_reject.value();
+  out.power_se = d.period_reject.se();
+  out.ruled_out = s.gap_ci_pp.hi < min_gap_pp;  // false when the interval is NaN
+  if (out.power < r.power && !out.ruled_out && 2 * n <= 6400) {
+    r.certify = false;
+    r.min_examples = 2 * n;
+    r.max_examples = 6400;
+    out.examples_needed = plan_examples(r).examples_to_detect;
+  }
+  s.sensitivity = out;
 }
 
 nlohmann::json Plan::to_json() const {
@@ -115,10 +166,12 @@ nlohmann::json Plan::to_json() const {
 std::string plan_text(const Plan& p, int64_t tokens_per_item) {
   const auto& r = p.request;
   std::string t = fmt::format(
-      "plan: M = {}, a {:.0f} pp dip every {} phases below accuracy {:.2f}; power {:.0f} %; "
+      "plan: M = {}, a {:.0f} pp dip every {} phases{} below accuracy {:.2f}; power {:.0f} %; "
       "{} simulated sweeps per point (docs/STATISTICS.md)\n"
       "  examples   detect the dip (period p < 0.05)   a flat model passes --max-gap {:g}\n",
-      r.modulus, 100 * r.min_gap, r.stride, r.accuracy, 100 * r.power, r.datasets, 100 * r.min_gap);
+      r.modulus, 100 * r.min_gap, r.stride,
+      r.stride_known ? "" : " (stride unknown: M/2, the hardest period to find)", r.accuracy,
+      100 * r.power, r.datasets, 100 * r.min_gap);
   auto cell = [](double v, double se) {
     return std::isnan(v) ? std::string("-") : fmt::format("{:5.1f} % ± {:.1f}", 100 * v, 100 * se);
   };

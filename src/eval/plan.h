@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "eval/stats.h"
+
 namespace phasekv {
 
 struct PlanRequest {
@@ -26,6 +28,9 @@ struct PlanRequest {
   double replica = 0.0;   // prefix-padding replicas (0: in-sequence-like independence)
   int datasets = 200;     // simulated sweeps per grid point
   int max_examples = 3200;
+  int min_examples = 25;     // the grid doubles from here
+  bool certify = true;       // false: only the detection curve
+  bool stride_known = true;  // false: the sweeps are told no stride (a blind audit)
   int threads = 2;
   uint64_t seed = 42;
 };
@@ -48,6 +53,17 @@ struct Plan {
 // fit twice in the modulus, a gap that leaves [0, 1], ...).
 void validate(const PlanRequest& r);
 Plan plan_examples(const PlanRequest& r);
+
+// The request `sweep --plan` and `audit --plan` simulate: their modulus, their stride (0 or one
+// outside [2, M/2]: unknown, so M/2 and no stride told to the tests) and --min-gap (pp).
+PlanRequest plan_request_for(int modulus, int stride, double min_gap_pp, int threads = 2);
+
+// With a smallest gap worth detecting (--min-gap, pp > 0): sets s.sensitivity from a simulation
+// at s's modulus, examples and mean accuracy (a dip at the stride, or at M/2 when the stride is
+// unknown: the period with the fewest dipped phases), and, when the power is below 80 % and the
+// data do not rule the gap out, the examples per phase that would reach 80 %. Nothing when
+// min_gap_pp <= 0 or M < 4. Throws phasekv::Error naming --min-gap outside (0, 100].
+void attach_sensitivity(PhaseSummary& s, double min_gap_pp, int threads, uint64_t seed = 42);
 
 // The plan as text: the curve, the two answers, and what they cost in items (examples x modulus)
 // and prompt tokens when tokens_per_item > 0.

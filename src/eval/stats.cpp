@@ -674,7 +674,40 @@ nlohmann::json PhaseSummary::to_json() const {
   j["complete"] = complete();
   j["shortcut_ceiling"] = shortcut ? json(*shortcut) : json(nullptr);
   j["at_or_below_shortcut"] = at_or_below_shortcut();
+  j["sensitivity"] = sensitivity ? sensitivity->to_json() : json(nullptr);
   return j;
+}
+
+nlohmann::json Sensitivity::to_json() const {
+  using nlohmann::json;
+  return {{"min_gap_pp", min_gap_pp},
+          {"stride", stride},
+          {"stride_assumed", stride_assumed},
+          {"accuracy", accuracy},
+          {"icc", icc},
+          {"examples", examples},
+          {"power", power},
+          {"power_se", power_se},
+          {"datasets", datasets},
+          {"examples_needed", examples_needed > 0 ? json(examples_needed) : json(nullptr)},
+          {"ruled_out", ruled_out}};
+}
+
+Sensitivity Sensitivity::from_json(const nlohmann::json& j) {
+  Sensitivity s;
+  s.min_gap_pp = number_or_nan(field(j, "min_gap_pp"));
+  s.stride = field(j, "stride").get<int>();
+  s.stride_assumed = field(j, "stride_assumed").get<bool>();
+  s.accuracy = number_or_nan(field(j, "accuracy"));
+  s.icc = number_or_nan(field(j, "icc"));
+  s.examples = field(j, "examples").get<int64_t>();
+  s.power = number_or_nan(field(j, "power"));
+  s.power_se = number_or_nan(field(j, "power_se"));
+  s.datasets = field(j, "datasets").get<int>();
+  const nlohmann::json& needed = field(j, "examples_needed");
+  s.examples_needed = needed.is_null() ? 0 : needed.get<int>();
+  s.ruled_out = field(j, "ruled_out").get<bool>();
+  return s;
 }
 
 std::vector<double> holm_adjust(const std::vector<double>& p) {
@@ -747,6 +780,8 @@ PhaseSummary PhaseSummary::from_json(const nlohmann::json& j) {
       s.planned_outcomes = j["planned_outcomes"].get<int64_t>();
     if (j.contains("shortcut_ceiling") && !j["shortcut_ceiling"].is_null())
       s.shortcut = number_or_nan(j["shortcut_ceiling"]);
+    if (j.contains("sensitivity") && !j["sensitivity"].is_null())
+      s.sensitivity = Sensitivity::from_json(j["sensitivity"]);
     return s;
   } catch (const nlohmann::json::exception& e) {
     throw Error(std::string("summary JSON: ") + e.what());

@@ -160,6 +160,25 @@ struct StrideSplit {
   double boundary_worst_acc = 0.0;
 };
 
+// What the examples of a sweep can detect, for the smallest gap the user names (--min-gap;
+// eval/plan.h attach_sensitivity): the simulated power of the period test against a dip of
+// min_gap_pp at the entry boundary every `stride` phases with this many examples, and whether the
+// data rule such a gap out (the gap's simultaneous 95 % upper bound below it).
+struct Sensitivity {
+  double min_gap_pp = 0.0;
+  int stride = 0;               // of the simulated dip
+  bool stride_assumed = false;  // the sweep's stride is unknown: M/2, the hardest period to find
+  double accuracy = 0.0;        // of the strong phases in the simulation (the observed mean)
+  double icc = 0.0;             // within-example correlation assumed by the simulation
+  int64_t examples = 0;         // per phase, as in the sweep
+  double power = 0.0, power_se = 0.0;
+  int datasets = 0;         // simulated sweeps behind `power`
+  int examples_needed = 0;  // smallest examples per phase with power >= 0.8; 0: not reached
+  bool ruled_out = false;   // gap_ci_pp.hi < min_gap_pp
+  nlohmann::json to_json() const;
+  static Sensitivity from_json(const nlohmann::json& j);
+};
+
 struct PhaseSummary {
   int modulus = 0;
   int stride = 0;  // 0: unknown
@@ -194,8 +213,11 @@ struct PhaseSummary {
   //    failed or were never scored, and no verdict is given from the rest. 0: not known.
   //  shortcut: the accuracy reachable without reading keys (the task's shortcut ceiling); a
   //    model not above it at any phase does not do the task, and its phases say nothing.
+  //  sensitivity: with --min-gap, what these examples can detect (the verdict says when a
+  //    sweep that found nothing could not have found a gap of that size).
   int64_t planned_outcomes = 0;
   std::optional<double> shortcut;
+  std::optional<Sensitivity> sensitivity;
   bool complete() const { return planned_outcomes <= outcomes; }
   // No phase's Wilson interval lies above the shortcut: the model is not shown to do the task.
   bool at_or_below_shortcut() const;

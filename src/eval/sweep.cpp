@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <ostream>
+#include <thread>
 #include <utility>
 
 #include "eval/mitigations.h"
+#include "eval/plan.h"
 #include "task/prompt_edits.h"
 #include "util/error.h"
 #include "util/hash.h"
@@ -304,6 +307,9 @@ SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
   result.summary = summarize(t.outcomes, o.modulus, stride.first, o.stats);
   result.summary.planned_outcomes = result.run.items;
   result.summary.shortcut = shortcut_ceiling(o.task, o.seed, o.examples);
+  attach_sensitivity(result.summary, o.min_gap_pp,
+                     static_cast<int>(std::max(1u, std::thread::hardware_concurrency())),
+                     o.stats.seed);
   result.scored = result.run.scored;
   result.resumed = result.run.resumed;
   result.errors = t.errors;

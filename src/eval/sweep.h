@@ -46,6 +46,9 @@ struct SweepOptions {
   std::string out_dir;  // results.jsonl (the caller writes the report files beside it)
   int batch = 32;       // requests per Backend::score call, and per flush of results.jsonl
   SummaryOptions stats;
+  // > 0: the smallest gap worth detecting, pp (--min-gap): the summary gets its sensitivity
+  // (eval/plan.h attach_sensitivity), and a verdict that found nothing says whether it could have.
+  double min_gap_pp = 0.0;
   // Inference-time mitigations (eval/mitigations.h, docs/MITIGATIONS.md); the defaults are the
   // plain sweep. ensemble K: average the next-token distributions of K copies shifted by
   // floor(k S / K) prefix fillers. recent_copy (lookup): the target record again right before the

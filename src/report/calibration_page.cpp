@@ -517,6 +517,30 @@ std::string statistics_markdown(const PageInputs& in) {
       "divisors of M.\n\n";
   md += stride_table(in) + "\n";
 
+  md += "## Planning: examples per phase, and verdicts that know their power\n\n";
+  md +=
+      "`phasekv plan` (and `sweep --plan`, `audit --plan`, which fill in the run's modulus, "
+      "stride and tokens per item) answers two questions by simulating the sweeps that would be "
+      "run, with the tests above: how many examples per phase make the period test find a "
+      "boundary dip of `--min-gap` pp (power 80 % by default), and how many make a flat model "
+      "pass the SLA gate `--max-gap` at that size. The second is always larger: certifying "
+      "that a gap is absent needs its interval's upper end below the limit, which shrinks like "
+      "1/sqrt(n), while finding a dip only needs the dip to stand out of the noise.\n\n"
+      "`sweep --min-gap G` and `audit --min-gap G` attach the same simulation to the run's own "
+      "summary (`sensitivity` in summary.json): the power of the period test against a G pp "
+      "dip at the run's modulus, stride (M/2 when unknown: the period with fewest dipped "
+      "phases, so the hardest) and examples per phase, with the strong phases at the observed "
+      "mean accuracy. A run whose period test finds nothing then ends in one of three "
+      "verdicts: the gap's 95 % interval lies below G (a G pp gap is ruled out: an equivalence "
+      "statement, the one the SLA gate makes); the power is at least 80 % (a G pp dip would "
+      "most likely have been found); or neither, and the verdict is \"inconclusive at G pp\" "
+      "with the examples per phase that would reach 80 %. The power is computed for the "
+      "user's G, never for the observed gap: power computed from the observed effect is a "
+      "function of the p-value and says nothing new. The simulation assumes the latent "
+      "within-example correlation 0.5 and independent phases given the example (in-sequence "
+      "padding); with prefix-padding replicas an example carries less independent evidence per "
+      "phase (the replica table above), so the plan is optimistic for prefix padding.\n\n";
+
   md += "## What is still off target (measured here)\n\n";
   md += fixes_list(in) + "\n";
 
@@ -541,16 +565,17 @@ std::string statistics_markdown(const PageInputs& in) {
       "bias (the mean resampled gap minus the observed one). It removes most of the bias under "
       "the alternatives and part of it for a flat model, where no estimate of a maximum "
       "difference can be unbiased and non-negative at once.\n\n";
-  "## How to read these numbers\n\n"
-  "- Each rate is a proportion over N simulated datasets; its Monte-Carlo SE is "
-  "sqrt(p (1 - p) / N), about 0.7 pp for p = 5 % and N = 1000. A rate that differs from "
-  "5 % by less than 2 SE is consistent with a calibrated test.\n"
-  "- The simulation is a model, not the bundled models: latent correlation 0.5 and replica "
-  "probability 0.95 are choices. Replicas are what prefix padding produces (phases r and "
-  "r + S see the same input up to a shift); in-sequence padding is closer to the "
-  "independent setting. The sign-flip tests do not assume either.\n"
-  "- Fewer flips than a sweep uses change the tests slightly: with 199 flips a test's "
-  "rate is at most 4.5 % by construction.\n";
+  md +=
+      "## How to read these numbers\n\n"
+      "- Each rate is a proportion over N simulated datasets; its Monte-Carlo SE is "
+      "sqrt(p (1 - p) / N), about 0.7 pp for p = 5 % and N = 1000. A rate that differs from "
+      "5 % by less than 2 SE is consistent with a calibrated test.\n"
+      "- The simulation is a model, not the bundled models: latent correlation 0.5 and replica "
+      "probability 0.95 are choices. Replicas are what prefix padding produces (phases r and "
+      "r + S see the same input up to a shift); in-sequence padding is closer to the "
+      "independent setting. The sign-flip tests do not assume either.\n"
+      "- Fewer flips than a sweep uses change the tests slightly: with 199 flips a test's "
+      "rate is at most 4.5 % by construction.\n";
   return md;
 }
 

@@ -29,7 +29,7 @@ h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; } h3 { font-
            border-left: 6px solid #777777; }
 .verdict.sensitive { border-left-color: #b00020; }
 .verdict.none { border-left-color: #1a7f37; }
-.verdict.incomplete, .verdict.uninformative { border-left-color: #b26a00; }
+.verdict.incomplete, .verdict.uninformative, .verdict.inconclusive { border-left-color: #b26a00; }
 ul.verdicts { list-style: none; padding: 0; }
 figure.chart { margin: 1em 0; }
 figure.chart svg { display: block; max-width: 100%; height: auto; }
@@ -77,6 +77,8 @@ std::string verdict_class(VerdictKind kind) {
       return "incomplete";
     case VerdictKind::kUninformative:
       return "uninformative";
+    case VerdictKind::kInconclusive:
+      return "inconclusive";
     case VerdictKind::kNotTested:
       break;
   }

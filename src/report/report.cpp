@@ -142,6 +142,32 @@ std::string null_gap_text(const PhaseSummary& s) {
   return fmt::format("; a flat profile shows {:.1f} pp with these examples", s.null_gap_pp);
 }
 
+// With --min-gap (PhaseSummary::sensitivity), after a period test that found nothing: whether a
+// gap of that size is ruled out, would have been found, or neither (then the verdict is
+// "inconclusive" and says how many examples would do).
+std::string sensitivity_text(const Sensitivity& v) {
+  const std::string dip =
+      fmt::format("a {:g} pp dip every {} phases{}", v.min_gap_pp, v.stride,
+                  v.stride_assumed ? " (the stride is unknown: M/2, the hardest period)" : "");
+  if (v.ruled_out)
+    return fmt::format("; a gap of {:g} pp or more is ruled out (above the gap's 95 % interval)",
+                       v.min_gap_pp);
+  const std::string power =
+      fmt::format("{} examples per phase detect {} with probability {:.0f} % (simulated)",
+                  v.examples, dip, 100 * v.power);
+  if (v.power >= 0.8) return "; " + power;
+  const std::string needed =
+      v.examples_needed > 0
+          ? fmt::format("about {} examples per phase would detect it", v.examples_needed)
+          : std::string("more than 6400 examples per phase would be needed");
+  return fmt::format("; {}, and the data do not rule it out: {} (phasekv plan --min-gap {:g})",
+                     power, needed, v.min_gap_pp);
+}
+
+bool underpowered(const PhaseSummary& s) {
+  return s.sensitivity && !s.sensitivity->ruled_out && s.sensitivity->power < 0.8;
+}
+
 }  // namespace
 
 Verdict phase_verdict(const PhaseSummary& s) {
@@ -183,7 +209,11 @@ Verdict phase_verdict(const PhaseSummary& s) {
     return v;
   }
   std::string test;
-  if (tested) {
+  if (tested && underpowered(s)) {
+    v.kind = VerdictKind::kInconclusive;
+    v.headline = fmt::format("inconclusive at {:g} pp", s.sensitivity->min_gap_pp);
+    test = fmt::format("no period found (p = {}), but", format_p(s.period.p_value));
+  } else if (tested) {
     v.kind = VerdictKind::kNoPeriodDetected;
     v.headline = "no periodic weak spot detected";
     test = fmt::format("period test p = {}", format_p(s.period.p_value));
@@ -201,6 +231,13 @@ Verdict phase_verdict(const PhaseSummary& s) {
       spread, worst, s.gap_pp,
       has_ci ? fmt::format(", 95 % CI [{:.1f}, {:.1f}]", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "",
       null_gap_text(s));
+  if (v.kind == VerdictKind::kInconclusive) {
+    // "no period found (p = 0.31), but 40 examples per phase detect ... (simulated), and ..."
+    const std::string why = sensitivity_text(*s.sensitivity).substr(2);
+    v.detail = fmt::format("{} {}; {}", test, why, v.detail.substr(test.size() + 2));
+  } else if (s.sensitivity && tested) {
+    v.detail += sensitivity_text(*s.sensitivity);
+  }
   return v;
 }
 

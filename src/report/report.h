@@ -47,6 +47,12 @@ std::string report_html(const std::string& label, const PhaseSummary& summary,
 //  - kNoPeriodDetected: p >= 0.05. "no periodic weak spot detected: period test p = 0.140;
 //    accuracy 0.998 ± 0.004 across phases (worst phase r = 3 at 0.994 vs best 1.000; gap 0.6 pp,
 //    95 % CI [0.0, 2.1])", where ± is the largest distance of a phase's accuracy from the mean.
+//  - kInconclusive: p >= 0.05, but with --min-gap G the examples were too few to find a G pp dip
+//    (simulated power below 80 %) and the gap's interval reaches G: "inconclusive at 10 pp: no
+//    period found (p = 0.310), but 40 examples per phase detect a 10 pp dip every 8 phases with
+//    probability 34 % (simulated), and the data do not rule it out: about 160 examples per phase
+//    would detect it (...); accuracy ...". With G ruled out or found with >= 80 % power, the
+//    kNoPeriodDetected line says so at its end.
 //  - kNotTested: no permutation test (M has no divisor in [2, M/2], or 0 permutations); the
 //    accuracy part reads as for kNoPeriodDetected.
 // Two kinds come first and withhold the answer (the SLA gate fails both):
@@ -57,6 +63,7 @@ std::string report_html(const std::string& label, const PhaseSummary& summary,
 enum class VerdictKind {
   kPhaseSensitive,
   kNoPeriodDetected,
+  kInconclusive,
   kNotTested,
   kIncomplete,
   kUninformative
