@@ -1,11 +1,11 @@
 #include "backend/local_backend.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <thread>
 
+#include "backend/in_process.h"
 #include "kernels/compute_threads.h"
 #include "model/model_dir.h"
 #include "runtime/session.h"
@@ -13,16 +13,6 @@
 
 namespace phasekv {
 namespace {
-
-// "models/tiny/" and "models/tiny" both name the model "tiny".
-std::string dir_name(const std::string& dir) {
-  std::filesystem::path p = std::filesystem::path(dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  std::string name = p.filename().string();
-  if (name.empty() || name == ".")
-    name = std::filesystem::absolute(p).lexically_normal().filename().string();
-  return name.empty() ? "model" : name;
-}
 
 std::string dtype_name(const Decoder& model) {
   for (const auto& p : model->parameters())
@@ -52,7 +42,7 @@ LocalBackend::LocalBackend(Decoder model, std::optional<Tokenizer> tokenizer, st
 
 LocalBackend LocalBackend::from_dir(const std::string& dir, int threads, int batch_size) {
   Decoder model = load_model_dir(dir);
-  return LocalBackend(model, load_tokenizer_if_present(dir), dir_name(dir), threads, batch_size);
+  return LocalBackend(model, load_tokenizer_if_present(dir), model_name_of_dir(dir), threads, batch_size);
 }
 
 std::string LocalBackend::model_id() const {
@@ -60,17 +50,11 @@ std::string LocalBackend::model_id() const {
 }
 
 std::vector<int32_t> LocalBackend::tokenize(const std::string& text) {
-  if (!tokenizer_)
-    throw Error("model " + name_ +
-                " has no tokenizer.json, so it cannot tokenize text; give "
-                "token ids instead");
-  return tokenizer_->encode(text);
+  return encode_with(tokenizer_, name_, text);
 }
 
 std::string LocalBackend::detokenize(const std::vector<int32_t>& ids) {
-  if (!tokenizer_)
-    throw Error("model " + name_ + " has no tokenizer.json, so it cannot detokenize ids");
-  return tokenizer_->decode(ids);
+  return decode_with(tokenizer_, name_, ids);
 }
 
 int64_t LocalBackend::max_context() const {
@@ -78,19 +62,7 @@ int64_t LocalBackend::max_context() const {
 }
 
 std::string LocalBackend::request_error(const ScoreRequest& r) const {
-  const int64_t vocab = model_->cfg.vocab_size;
-  if (r.context.empty()) return "empty context (the model needs at least one token)";
-  if (static_cast<int64_t>(r.context.size()) > max_context())
-    return "context of " + std::to_string(r.context.size()) +
-           " tokens exceeds the model's max_context " + std::to_string(max_context());
-  for (int32_t id : r.context)
-    if (id < 0 || id >= vocab)
-      return "context token id " + std::to_string(id) + " outside the vocabulary [0, " +
-             std::to_string(vocab) + ")";
-  if (r.target < 0 || r.target >= vocab)
-    return "target token id " + std::to_string(r.target) + " outside the vocabulary [0, " +
-           std::to_string(vocab) + ")";
-  return "";
+  return score_request_error(r, model_->cfg.vocab_size, max_context());
 }
 
 torch::Tensor LocalBackend::last_logprobs(const std::vector<ScoreRequest>& requests,

@@ -4,10 +4,13 @@
 
 #include <filesystem>
 #include <iostream>
+#include <memory>
 
 #include "backend/local_backend.h"
+#include "backend/v4_backend.h"
 #include "cli/commands.h"
 #include "cli/path_options.h"
+#include "eval/plan.h"
 #include "eval/sweep.h"
 #include "model/model_dir.h"
 #include "io/tokenizer.h"
@@ -15,6 +18,7 @@
 #include "report/report.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "v4/model_dir.h"
 
 namespace phasekv::cli {
 namespace {
@@ -45,6 +49,13 @@ TaskConfig select_task(const std::string& model_dir, const std::string& flag) {
               "about (allowed for this model: --task passkey)");
 }
 
+// The in-process backend of a model directory: a DeepSeek-V4 checkpoint (config.json naming
+// DeepseekV4ForCausalLM) or one of phasekv's own models.
+std::unique_ptr<Backend> open_model_dir(const std::string& dir, int threads, int batch) {
+  if (v4::is_v4_model_dir(dir)) return std::make_unique<V4Backend>(V4Backend::from_dir(dir, threads));
+  return std::make_unique<LocalBackend>(LocalBackend::from_dir(dir, threads, batch));
+}
+
 struct SweepArgs {
   std::string model, task, padding, out;
   int examples = 0, modulus = 0, stride = 0, threads = 0, batch = 16;
@@ -54,8 +65,28 @@ struct SweepArgs {
   int ensemble = 1;
   bool recent_copy = false;
   bool stride_given = false;  // --stride on the command line, even 0
+  double min_gap_pp = 0;      // --min-gap
+  bool plan = false;          // --plan: print the examples needed and stop
   SlaGate sla;
 };
+
+// --plan: the examples a --min-gap dip at the model's stride needs (eval/plan.h), priced in the
+// prompt tokens of this sweep's longest item, and what --examples reaches.
+void print_sweep_plan(const SweepArgs& a, const SweepOptions& o, int model_stride) {
+  const int stride = a.stride_given ? a.stride : model_stride;
+  const PlanRequest r = plan_request_for(a.modulus, stride, a.min_gap_pp > 0 ? a.min_gap_pp : 10.0,
+                                         std::max(1, a.threads));
+  const int64_t tokens = static_cast<int64_t>(
+      materialize(make_logical_example(o.task, a.seed, 0), a.modulus, 0, o.padding, false)
+          .tokens.size());
+  const Plan p = plan_examples(r);
+  std::cout << plan_text(p, tokens);
+  if (p.examples_to_detect > 0)
+    std::cout << fmt::format("--examples {} {} the {} needed to detect the dip\n", a.examples,
+                             a.examples >= p.examples_to_detect ? "reaches" : "is below",
+                             p.examples_to_detect);
+  std::cout << "plan: nothing was scored and nothing was written\n";
+}
 
 void run_sweep_command(const SweepArgs& a) {
   const PaddingMode padding = parse_padding(a.padding);
@@ -63,8 +94,13 @@ void run_sweep_command(const SweepArgs& a) {
   if (a.bootstrap < 0 || a.permutations < 0)
     throw Error("--bootstrap-reps and --permutations must be >= 0");
   validate_sla(a.sla);
+  if (!(a.min_gap_pp >= 0 && a.min_gap_pp <= 100))
+    throw Error(fmt::format("--min-gap {} pp must lie in (0, 100] (0: off)", a.min_gap_pp));
+  if (a.plan && a.modulus < 4)
+    throw Error(fmt::format("--plan needs --modulus >= 4 (is {})", a.modulus));
   set_threads(a.threads);
-  LocalBackend backend = LocalBackend::from_dir(a.model, a.threads, a.batch);
+  const std::unique_ptr<Backend> backend = open_model_dir(a.model, a.threads, a.batch);
+  const nlohmann::json described = backend->describe();
   SweepOptions o;
   o.task = select_task(a.model, a.task);
   if (a.target_depth != -2) {
@@ -83,13 +119,16 @@ void run_sweep_command(const SweepArgs& a) {
   o.stats.permutations = a.permutations;
   o.ensemble = a.ensemble;
   o.recent_copy = a.recent_copy;
-  const int stride = chunked_stride(backend.model()->cfg);
+  o.min_gap_pp = a.min_gap_pp;
+  const int stride = described["stride"].is_null() ? 0 : described["stride"].get<int>();
+  if (a.plan) return print_sweep_plan(a, o, stride);
   o.model_meta = {{"model_dir", a.model},
-                  {"config_hash", config_hash(backend.model()->cfg)},
-                  {"stride", stride > 0 ? nlohmann::json(stride) : nlohmann::json(nullptr)},
+                  {"config_hash", described["config_hash"]},
+                  {"stride", described["stride"]},
                   {"task_flag", a.task}};
+  if (described.contains("family")) o.model_meta["family"] = described["family"];
   o.progress = &std::cerr;
-  const SweepResult result = run_sweep(backend, o);
+  const SweepResult result = run_sweep(*backend, o);
   write_sweep_outputs(a.out, result.label, result.summary, result.meta);
   std::cout << terminal_table(result.summary, result.label)
             << phase_verdict(result.summary).text() << "\n"
@@ -189,6 +228,10 @@ void register_sweep(CLI::App& app) {
   cmd->add_flag("--recent-copy", a->recent_copy,
                 "lookup: put the target record again right before the target key, inside the raw "
                 "window (the harness knows it: an upper bound; docs/MITIGATIONS.md)");
+  add_min_gap_option(cmd, a->min_gap_pp);
+  cmd->add_flag("--plan", a->plan,
+                "print the examples per phase needed to detect a --min-gap dip (default 10 pp) at "
+                "the model's stride and to certify a flat model (as `phasekv plan`), and stop");
   add_sla_options(cmd, a->sla);
   cmd->callback([a, stride] {
     a->stride_given = stride->count() > 0;
@@ -211,6 +254,13 @@ void add_sla_options(CLI::App* cmd, SlaGate& gate) {
       "Exit status: 0 done (and the SLA gate passed), 2 an error, 4 the SLA gate failed (results "
       "and reports written first; one line says why). The gate uses the conservative bound: a "
       "model passes only when its interval lies inside the limit (README).");
+}
+
+void add_min_gap_option(CLI::App* cmd, double& min_gap_pp) {
+  cmd->add_option("--min-gap", min_gap_pp,
+                  "PP: the smallest gap worth detecting; a verdict that finds no period says "
+                  "whether these examples could have found one (simulated power) or rules it out")
+      ->type_name("PP");
 }
 
 void enforce_sla(const SlaGate& gate, const PhaseSummary& summary) {

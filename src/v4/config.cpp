@@ -310,4 +310,11 @@ bool is_v4_config_file(const std::string& path) {
   }
 }
 
+int chunked_stride(const V4Config& cfg) {
+  std::set<int64_t> ratios;
+  for (int64_t r : cfg.compress_ratios)
+    if (r > 0) ratios.insert(r);
+  return ratios.size() == 1 ? static_cast<int>(*ratios.begin()) : 0;
+}
+
 }  // namespace phasekv::v4

@@ -77,6 +77,11 @@ struct V4Config {
 // of 64, ratios 0,0,4,128, ...): the model the parity check converts.
 V4Config tiny_config();
 
+// The model's stride (phasekv's name for the compression ratio, README glossary): the one nonzero
+// compress ratio when all compressed layers share it, else 0 (none, or several: unknown, as for
+// phasekv's own models with mixed strides; the blind period test finds the period).
+int chunked_stride(const V4Config& cfg);
+
 // Throws Error naming `where`, the key and what is allowed.
 V4Config config_from_json(const nlohmann::json& j, const std::string& where);
 nlohmann::json config_to_json(const V4Config& cfg);
