@@ -237,12 +237,22 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
     if (m.size() != 1 || !m.at("config").is_string())
       throw Error(where +
                   ": [model] takes either config = \"file.json\" or inline model keys, not both");
-    c.model = model_config_from_file(resolve_path(m.at("config").get<std::string>(), base_dir));
+    const std::string path = resolve_path(m.at("config").get<std::string>(), base_dir);
+    if (v4::is_v4_config_file(path))
+      c.v4 = v4::read_config(path);
+    else
+      c.model = model_config_from_file(path);
   } else {
     c.model = model_config_from_json(m, where + ": [model]");
   }
   c.train = options_from_json(j.at("train"), where + ": [train]");
   if (!c.train.init_from.empty()) c.train.init_from = resolve_path(c.train.init_from, base_dir);
+  if (c.v4 && corpus)
+    throw Error(where + ": [corpus] with a DeepSeek-V4 [model] is not supported (allowed: a "
+                        "synthetic [task])");
+  if (c.v4 && c.train.precision != "f32")
+    throw Error(where + ": [train] precision '" + c.train.precision +
+                "' with a DeepSeek-V4 [model] (allowed: f32)");
   if (corpus) {
     c.corpus = corpus_from_json(j.at("corpus"), where + ": [corpus]", base_dir, c.model);
     check_corpus_options(c.train, where + ": [train]");
@@ -253,8 +263,9 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
   }
   c.task = task_config_from_json(j.at("task"), where + ": [task]");
   const int vocab = task_vocab(c.task).vocab_size();
-  if (c.model.vocab_size != vocab)
-    throw Error(where + ": [model] vocab_size is " + std::to_string(c.model.vocab_size) +
+  const int64_t model_vocab = c.v4 ? c.v4->vocab_size : c.model.vocab_size;
+  if (model_vocab != vocab)
+    throw Error(where + ": [model] vocab_size is " + std::to_string(model_vocab) +
                 " but the task's vocabulary has " + std::to_string(vocab) +
                 " tokens (5 specials + n_keys + n_values + n_filler)");
   if (c.train.repeat_fraction > 0)
@@ -264,7 +275,7 @@ TrainConfig train_config_from_json(const json& j, const std::string& where,
     throw Error(where +
                 ": [train] key 'in_sequence_padding' applies to the lookup task only (task '" +
                 to_string(c.task.kind) + "' trains on prefix padding; allowed: absent)");
-  c.source = {{"model", model_config_to_json(c.model)},
+  c.source = {{"model", c.v4 ? v4::config_to_json(*c.v4) : model_config_to_json(c.model)},
               {"task", task_config_to_json(c.task)},
               {"train", train_options_to_json(c.train)}};
   return c;

@@ -1,4 +1,5 @@
-// Training configuration, read from TOML: [model] (a JSON config file or inline keys), [task]
+// Training configuration, read from TOML: [model] (a JSON config file or inline keys; a config
+// with Hugging Face's DeepseekV4ForCausalLM keys trains a DeepSeek-V4 model), [task]
 // (a TaskConfig) and [train] (optimiser, schedule, run length). Strict: unknown keys are errors.
 #pragma once
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "config/model_config.h"
 #include "task/tasks.h"
+#include "v4/config.h"
 
 namespace phasekv {
 
@@ -72,7 +74,10 @@ struct CorpusConfig {
 constexpr int kMaxTrainBatch = 4096;  // sequences per step (the study trained with 128)
 
 struct TrainConfig {
-  ModelConfig model;
+  ModelConfig model;  // unused when v4 is set
+  // [model] config = "file.json" naming DeepseekV4ForCausalLM: a DeepSeek-V4 model (src/v4) is
+  // trained instead of phasekv's own (train/trainable.h).
+  std::optional<v4::V4Config> v4;
   TaskConfig task;                    // unused when corpus is set
   std::optional<CorpusConfig> corpus;  // [corpus] instead of [task]
   TrainOptions train;

@@ -20,6 +20,7 @@
 #include "train/batch.h"
 #include "train/fused_adamw.h"
 #include "train/text_corpus.h"
+#include "train/trainable.h"
 #include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -37,10 +38,16 @@ double lr_at(const TrainOptions& t, int step) {
   return t.lr * (t.min_lr_ratio + (1.0 - t.min_lr_ratio) * cosine);
 }
 
-std::unique_ptr<torch::optim::AdamW> make_optimizer(Decoder& model, const TrainOptions& t) {
+std::vector<torch::Tensor> parameters_of(Trainable& model) {
+  std::vector<torch::Tensor> out;
+  for (auto& [name, p] : model.named_parameters()) out.push_back(p);
+  return out;
+}
+
+std::unique_ptr<torch::optim::AdamW> make_optimizer(Trainable& model, const TrainOptions& t) {
   // Decay matrices only: norm scales, gate biases and sinks are not regularised towards 0.
   std::vector<torch::Tensor> decay, no_decay;
-  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  for (auto& p : parameters_of(model)) (p.dim() >= 2 ? decay : no_decay).push_back(p);
   auto opts =
       torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).weight_decay(t.weight_decay);
   std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -69,7 +76,7 @@ nlohmann::json file_checksum(const fs::path& path) {
 
 // Checkpoint = weights + optimiser state + data RNG + step, written into a fresh directory that
 // replaces the previous one by rename, so a kill at any moment leaves one complete checkpoint.
-void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
+void save_checkpoint(const std::string& out_dir, Trainable& model, torch::optim::AdamW& opt,
                      const std::mt19937_64& rng, int step,
                      const std::vector<double>& phase_weights) {
   const fs::path dir = fs::path(out_dir) / "checkpoint", tmp = fs::path(out_dir) / "checkpoint.tmp",
@@ -77,7 +84,7 @@ void save_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::A
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   NamedTensors tensors;
-  for (const auto& p : model->named_parameters()) tensors.emplace_back(p.key(), p.value().detach());
+  for (const auto& [name, p] : model.named_parameters()) tensors.emplace_back(name, p.detach());
   save_safetensors((tmp / "model.safetensors").string(), tensors);
   // Serialized in memory, then written like every other file: torch::save into a file it cannot
   // write (a full disk) throws from PyTorchStreamWriter's destructor, which aborts the process.
@@ -137,7 +144,7 @@ int read_checkpoint_state(const std::string& path, const nlohmann::json& state,
   return state["step"].get<int>();
 }
 
-int load_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::AdamW& opt,
+int load_checkpoint(const std::string& out_dir, Trainable& model, torch::optim::AdamW& opt,
                     std::mt19937_64& rng, std::vector<double>& phase_weights) {
   fs::path dir = fs::path(out_dir) / "checkpoint";
   if (!fs::exists(dir / "state.json") &&
@@ -155,8 +162,8 @@ int load_checkpoint(const std::string& out_dir, Decoder& model, torch::optim::Ad
   auto file = load_safetensors(weights);
   {
     torch::NoGradGuard g;
-    for (auto& p : model->named_parameters())
-      p.value().copy_(take_tensor(file, weights, p.key(), p.value().sizes()));
+    for (auto& [name, p] : model.named_parameters())
+      p.copy_(take_tensor(file, weights, name, p.sizes()));
   }
   const std::string optimizer = (dir / "optimizer.pt").string();
   try {
@@ -257,22 +264,23 @@ struct StepOutcome {
 
 // One optimiser step on one batch: forward (under `precision`), answer-only loss, backward,
 // clipping, update. The training loop and the planner's timing (measure_step_cost) both run it.
-StepOutcome optimizer_step(Decoder& model, torch::optim::Optimizer& opt, const TrainingBatch& batch,
-                           Precision precision, double clip) {
+StepOutcome optimizer_step(Trainable& model, torch::optim::Optimizer& opt,
+                           const TrainingBatch& batch, Precision precision, double clip) {
   opt.zero_grad();
   torch::Tensor logits, loss;
   {
     PrecisionGuard guard(precision);
-    auto h = model->hidden(batch.tokens).index({batch.row, batch.col});
-    logits = model->logits_from_hidden(h).to(torch::kFloat32);  // the loss always sees f32
+    // The loss always sees f32.
+    logits = model.logits_at(batch.tokens, batch.row, batch.col).to(torch::kFloat32);
     loss = torch::nn::functional::cross_entropy(logits, batch.target);
   }
-  // Indexed layers train their indexers on their own loss (model/indexer.h); its gradient reaches
-  // only the indexers, so the LM loss and the reported figures are unchanged by it.
-  const torch::Tensor index = model->index_loss();
-  (index.defined() ? loss + index : loss).backward();
-  if (clip > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip);
+  // An indexer's own loss (model/indexer.h) reaches only the indexers, so the LM loss and the
+  // reported figures are unchanged by it.
+  const torch::Tensor aux = model.aux_loss();
+  (aux.defined() ? loss + aux : loss).backward();
+  if (clip > 0) torch::nn::utils::clip_grad_norm_(parameters_of(model), clip);
   opt.step();
+  model.after_step();
   return {loss.item<double>(),
           (logits.argmax(-1) == batch.target).to(torch::kFloat64).mean().item<double>()};
 }
@@ -309,7 +317,7 @@ class TrainingData {
                                t.repeat_marker, phase_weights, t.in_sequence_padding);
   }
 
-  EvalScore evaluate(Decoder& model, int n, uint64_t seed) const {
+  EvalScore evaluate(Trainable& model, int n, uint64_t seed) const {
     if (cfg_.corpus) return evaluate_next_tokens(model, validation_);
     return evaluate_targets(model, cfg_.task, n, seed, std::max(cfg_.train.offset_randomization, 1));
   }
@@ -356,17 +364,19 @@ bool clear_previous_training(const std::string& out_dir) {
 }
 
 void init_from_model_dir(Decoder& model, const std::string& dir) {
-  Decoder src = load_model_dir(dir);
-  if (config_hash(src->cfg) != config_hash(model->cfg))
-    throw Error("init_from: the model in " + dir + " has config " + config_hash(src->cfg) +
-                ", not the [model] being trained (" + config_hash(model->cfg) +
-                "); compare " + dir + "/config.json with [model]");
-  torch::NoGradGuard no_grad;
-  auto dst = model->named_parameters();
-  for (const auto& p : src->named_parameters()) dst[p.key()].copy_(p.value());
+  trainable_decoder(model)->init_from(dir);
 }
 
 EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64_t seed,
+                           int modulus) {
+  return evaluate_targets(*trainable_decoder(model), task, n, seed, modulus);
+}
+
+EvalScore evaluate_next_tokens(Decoder& model, const std::vector<std::vector<int32_t>>& windows) {
+  return evaluate_next_tokens(*trainable_decoder(model), windows);
+}
+
+EvalScore evaluate_targets(Trainable& model, const TaskConfig& task, int n, uint64_t seed,
                            int modulus) {
   torch::NoGradGuard g;
   const int M = std::max(modulus, 1);
@@ -388,8 +398,9 @@ EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64
     for (size_t b = 0; b < exs.size(); ++b)
       for (int64_t t = 0; t < T; ++t)
         tokens[static_cast<int64_t>(b)][t] = exs[b].tokens[static_cast<size_t>(t)];
-    auto h = model->hidden(tokens).select(1, T - 1);
-    auto logp = torch::log_softmax(model->logits_from_hidden(h).to(torch::kFloat64), -1);
+    const int64_t B = tokens.size(0);
+    const auto last = model.logits_at(tokens, torch::arange(B), torch::full({B}, T - 1, torch::kInt64));
+    auto logp = torch::log_softmax(last.to(torch::kFloat64), -1);
     auto pred = logp.argmax(-1);
     for (size_t b = 0; b < exs.size(); ++b) {
       const int64_t answer = exs[b].target().answer;
@@ -405,7 +416,8 @@ EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64
   return score;
 }
 
-EvalScore evaluate_next_tokens(Decoder& model, const std::vector<std::vector<int32_t>>& windows) {
+EvalScore evaluate_next_tokens(Trainable& model,
+                               const std::vector<std::vector<int32_t>>& windows) {
   torch::NoGradGuard g;
   if (windows.empty()) throw Error("evaluate_next_tokens: no window");
   const int64_t T = static_cast<int64_t>(windows[0].size()) - 1;
@@ -423,8 +435,7 @@ EvalScore evaluate_next_tokens(Decoder& model, const std::vector<std::vector<int
       for (int64_t t = 0; t <= T; ++t) acc[static_cast<int64_t>(b)][t] = w[static_cast<size_t>(t)];
     }
     const auto input = tokens.slice(1, 0, T), target = tokens.slice(1, 1, T + 1);
-    const auto logp =
-        torch::log_softmax(model->logits_from_hidden(model->hidden(input)).to(torch::kFloat64), -1);
+    const auto logp = torch::log_softmax(model.logits(input).to(torch::kFloat64), -1);
     loss_sum -= logp.gather(-1, target.unsqueeze(-1)).sum().item<double>();
     correct += (logp.argmax(-1) == target).sum().item<int64_t>();
     count += target.numel();
@@ -462,18 +473,18 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   const TrainingData data(cfg);
   fs::create_directories(out_dir);
   torch::manual_seed(t.seed);
-  Decoder model(cfg.model);
-  model->init_weights(t.seed);
+  const std::unique_ptr<Trainable> trained = make_trainable(cfg);
+  Trainable& model = *trained;
   // A resumed run takes its weights from its checkpoint instead.
-  if (!t.init_from.empty() && !resume) init_from_model_dir(model, t.init_from);
-  model->train();
+  if (!t.init_from.empty() && !resume) model.init_from(t.init_from);
+  model.set_training(true);
   auto opt = make_optimizer(model, t);
   std::mt19937_64 rng(t.seed * 0x9E3779B97F4A7C15ull + 1);
   const std::string log_path = out_dir + "/train_log.jsonl";
   int step = 0;
   std::vector<double> phase_weights;  // the curriculum's; empty = uniform phases
   if (resume) {
-    step = load_checkpoint(out_dir, *&model, *opt, rng, phase_weights);
+    step = load_checkpoint(out_dir, model, *opt, rng, phase_weights);
     trim_log(log_path, step);
     std::cerr << "resumed from step " << step << "\n";
   } else {
@@ -536,11 +547,11 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
                             {"tokens_per_s", tps}};
       std::string eval_str;
       if (done % t.eval_every == 0 || last) {
-        model->eval();
+        model.set_training(false);
         const EvalScore e = data.evaluate(model, t.eval_examples, eval_seed);
         result.eval_acc = e.acc;
         result.eval_loss = e.loss;
-        model->train();
+        model.set_training(true);
         rec["eval_acc"] = result.eval_acc;
         rec["eval_loss"] = result.eval_loss;
         if (t.phase_curriculum > 0 && done >= t.induction_steps) {
@@ -566,8 +577,8 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
     }
   }
   result.steps_done = step;
-  model->eval();
-  save_model_dir(out_dir, model, torch::kFloat32, {{"seed", std::to_string(t.seed)}});
+  model.set_training(false);
+  model.save(out_dir, {{"seed", std::to_string(t.seed)}});
   data.save_beside_model(out_dir);  // sweeps, serving and probes need the tokenizer (and task)
   return result;
 }
@@ -581,9 +592,9 @@ StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
   kernels::set_compute_threads(
       t.threads > 0 ? t.threads : static_cast<int>(std::thread::hardware_concurrency()));
   const TrainingData data(cfg);
-  Decoder model(cfg.model);
-  model->init_weights(t.seed);
-  model->train();
+  const std::unique_ptr<Trainable> trained = make_trainable(cfg);
+  Trainable& model = *trained;
+  model.set_training(true);
   auto opt = make_optimizer(model, t);
   const Precision precision =
       resolve_precision(t.precision == "bf16" ? Precision::kBf16 : Precision::kF32);
@@ -604,7 +615,7 @@ StepCost measure_step_cost(const TrainConfig& cfg, int warmup, int reps) {
   StepCost cost;
   if (t.induction_steps > 0) cost.induction_s = median_step(true);
   if (t.steps > t.induction_steps) cost.task_s = median_step(false);
-  model->eval();
+  model.set_training(false);
   // A corpus run evaluates all its validation windows; a task run eval_examples prompts.
   const int n = cfg.corpus ? data.validation_windows() : std::max(8, t.eval_examples / 8);
   const auto t0 = clock::now();

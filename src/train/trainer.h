@@ -53,11 +53,15 @@ struct EvalScore {
 };
 EvalScore evaluate_targets(Decoder& model, const TaskConfig& task, int n, uint64_t seed,
                            int modulus);
+class Trainable;  // train/trainable.h: any model family the loop trains
+EvalScore evaluate_targets(Trainable& model, const TaskConfig& task, int n, uint64_t seed,
+                           int modulus);
 
 // Next-token cross-entropy (mean over every predicted token, nats) and top-1 accuracy of the model
 // on windows of T + 1 tokens (each predicts its tokens 1..T): a corpus run's validation loss.
 // phase_correct stays empty. Throws phasekv::Error on no window or windows of unequal length.
 EvalScore evaluate_next_tokens(Decoder& model, const std::vector<std::vector<int32_t>>& windows);
+EvalScore evaluate_next_tokens(Trainable& model, const std::vector<std::vector<int32_t>>& windows);
 
 // The phase curriculum's sampling weights after an evaluation ([train] phase_curriculum = c):
 // (1 - c)/M + c * err(r) / sum(err) with err(r) = 1 - phase_correct[r] / phase_count[r];
