@@ -82,6 +82,35 @@ TEST(V4Model, StreamingEqualsFullAtEverySplit) {
 
 // Central differences of sum(logits * R) against autograd, in f64, on a few elements of each kind
 // of tensor (the indexer's are left out: selection carries no gradient).
+// Several sequences at once (the training loop's batches): each row is the single-sequence
+// forward up to matmul rounding, and the expert loads are the rows' together.
+TEST(V4Model, ForwardBatchEqualsRowByRow) {
+  v4::V4Model m = test::v4_small_model(17);
+  const torch::Tensor tokens = test::random_tokens(3 * 13, 32, 4).view({3, 13});
+  torch::NoGradGuard g;
+  std::vector<torch::Tensor> loads;
+  const torch::Tensor batch = m.forward_batch(tokens, &loads);
+  ASSERT_EQ(batch.sizes(), at::IntArrayRef({3, 13, 32}));
+  std::vector<torch::Tensor> want_loads(m.cfg.num_hidden_layers);
+  for (int64_t b = 0; b < 3; ++b) {
+    v4::V4Cache cache;
+    const torch::Tensor row = m.forward(tokens[b], cache);
+    EXPECT_LT(test::max_abs_diff(batch[b], row), 1e-5) << "row " << b;
+    for (size_t i = 0; i < want_loads.size(); ++i)
+      if (cache.expert_load[i].defined())
+        want_loads[i] =
+            want_loads[i].defined() ? want_loads[i] + cache.expert_load[i] : cache.expert_load[i];
+  }
+  ASSERT_EQ(loads.size(), want_loads.size());
+  for (size_t i = 0; i < loads.size(); ++i) {
+    ASSERT_EQ(loads[i].defined(), want_loads[i].defined()) << "layer " << i;
+    if (loads[i].defined()) {
+      EXPECT_TRUE(torch::equal(loads[i], want_loads[i])) << "layer " << i;
+    }
+  }
+  EXPECT_THROW(m.forward_batch(tokens[0]), Error);
+}
+
 TEST(V4Model, FiniteDifferenceGradients) {
   v4::V4Model m = test::v4_small_model(5);
   m.to(torch::kFloat64);

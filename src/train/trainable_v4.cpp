@@ -1,8 +1,8 @@
-// DeepSeek-V4 models (src/v4) behind train/trainable.h. The V4 forward takes one sequence, so a
-// batch runs row by row. The routers are balanced as DeepSeek-V3/V4 describe it, without an
-// auxiliary loss: after every step each score-routed layer's selection bias moves by
-// kRoutingBiasSpeed towards balance, from the expert loads of that step's whole batch
-// (v4/train.h update_routing_bias).
+// DeepSeek-V4 models (src/v4) behind train/trainable.h, through V4Model::forward_batch (the
+// attention runs row by row, everything else on the whole batch). The routers are balanced as
+// DeepSeek-V3/V4 describe it, without an auxiliary loss: after every step each score-routed layer's
+// selection bias moves by kRoutingBiasSpeed towards balance, from the expert loads of that step's
+// whole batch (v4/train.h update_routing_bias).
 #include "train/trainable.h"
 #include "util/error.h"
 #include "v4/model_dir.h"
@@ -31,13 +31,11 @@ class V4Trainable : public Trainable {
     return logits(tokens).index({row, col});
   }
   torch::Tensor logits(const torch::Tensor& tokens) override {
-    std::vector<torch::Tensor> rows;
-    for (int64_t b = 0; b < tokens.size(0); ++b) {
-      v4::V4Cache cache;
-      rows.push_back(model_.forward(tokens[b], cache));
-      if (torch::GradMode::is_enabled()) add_loads(cache);  // a training forward, not an eval
-    }
-    return torch::stack(rows);
+    if (!torch::GradMode::is_enabled()) return model_.forward_batch(tokens);  // an evaluation
+    std::vector<torch::Tensor> loads;
+    torch::Tensor out = model_.forward_batch(tokens, &loads);
+    add_loads(loads);
+    return out;
   }
   void after_step() override {
     if (loads_.expert_load.empty()) return;
@@ -59,13 +57,12 @@ class V4Trainable : public Trainable {
   }
 
  private:
-  void add_loads(const v4::V4Cache& cache) {
-    loads_.expert_load.resize(cache.expert_load.size());
-    for (size_t i = 0; i < cache.expert_load.size(); ++i) {
-      const torch::Tensor& l = cache.expert_load[i];
-      if (!l.defined()) continue;
-      loads_.expert_load[i] =
-          loads_.expert_load[i].defined() ? loads_.expert_load[i] + l : l.clone();
+  void add_loads(const std::vector<torch::Tensor>& loads) {
+    loads_.expert_load.resize(loads.size());
+    for (size_t i = 0; i < loads.size(); ++i) {
+      if (!loads[i].defined()) continue;
+      torch::Tensor& sum = loads_.expert_load[i];
+      sum = sum.defined() ? sum + loads[i] : loads[i].clone();
     }
   }
 

@@ -71,12 +71,50 @@ torch::Tensor V4Model::forward(const torch::Tensor& tokens) const {
   return forward(tokens, cache);
 }
 
-torch::Tensor V4Model::forward(const torch::Tensor& tokens, V4Cache& cache) const {
-  if (tokens.dim() != 1 || tokens.scalar_type() != torch::kInt64)
-    throw Error("v4 forward: tokens must be a 1-D int64 tensor");
+void V4Model::check_tokens(const torch::Tensor& tokens, int64_t dims) const {
+  if (tokens.dim() != dims || tokens.scalar_type() != torch::kInt64)
+    throw Error(dims == 1 ? "v4 forward: tokens must be a 1-D int64 tensor"
+                          : "v4 forward_batch: tokens must be a 2-D int64 tensor [B, T]");
   if (tokens.numel() > 0 &&
       (tokens.min().item<int64_t>() < 0 || tokens.max().item<int64_t>() >= cfg.vocab_size))
     throw Error("v4 forward: token ids must lie in [0, " + std::to_string(cfg.vocab_size) + ")");
+}
+
+torch::Tensor V4Model::forward_batch(const torch::Tensor& tokens,
+                                     std::vector<torch::Tensor>* loads) const {
+  check_tokens(tokens, 2);
+  const TensorMap& w = tensors;
+  const double eps = cfg.rms_norm_eps;
+  const int64_t B = tokens.size(0), T = tokens.size(1), d = cfg.hidden_size;
+  const torch::Tensor flat = tokens.reshape({B * T});
+  if (loads) loads->assign(static_cast<size_t>(cfg.num_hidden_layers), torch::Tensor());
+  auto x =
+      get(w, "embed.weight").index_select(0, flat).unsqueeze(1).expand({B * T, cfg.hc_mult, d});
+  for (int64_t i = 0; i < cfg.num_hidden_layers; ++i) {
+    auto mix =
+        hc_mix(x, get(w, layer_name(i, "hc_attn_fn")), get(w, layer_name(i, "hc_attn_scale")),
+               get(w, layer_name(i, "hc_attn_base")), cfg.hc_sinkhorn_iters, cfg.hc_eps, eps);
+    auto y = rms_norm(hc_reduce(x, mix.pre), eps, get(w, layer_name(i, "attn_norm.weight")));
+    const auto rows = y.view({B, T, d});
+    std::vector<torch::Tensor> attended;
+    for (int64_t b = 0; b < B; ++b) {
+      AttentionCache fresh;  // each row is its own sequence from position 0
+      attended.push_back(attention_forward(cfg, w, i, rows[b], 0, fresh));
+    }
+    x = hc_expand(torch::cat(attended), x, mix);
+    mix = hc_mix(x, get(w, layer_name(i, "hc_ffn_fn")), get(w, layer_name(i, "hc_ffn_scale")),
+                 get(w, layer_name(i, "hc_ffn_base")), cfg.hc_sinkhorn_iters, cfg.hc_eps, eps);
+    y = rms_norm(hc_reduce(x, mix.pre), eps, get(w, layer_name(i, "ffn_norm.weight")));
+    x = hc_expand(moe_forward(cfg, w, i, y, flat, loads ? &(*loads)[i] : nullptr), x, mix);
+  }
+  auto out = hc_head(x, get(w, "hc_head_fn"), get(w, "hc_head_scale"), get(w, "hc_head_base"),
+                     cfg.hc_eps, eps);
+  out = rms_norm(out, eps, get(w, "norm.weight"));
+  return torch::matmul(out, get(w, "head.weight").t()).view({B, T, cfg.vocab_size});
+}
+
+torch::Tensor V4Model::forward(const torch::Tensor& tokens, V4Cache& cache) const {
+  check_tokens(tokens, 1);
   const TensorMap& w = tensors;
   const double eps = cfg.rms_norm_eps;
   const int64_t T = tokens.size(0), p0 = cache.n_tokens;

@@ -36,6 +36,12 @@ class V4Model {
   // The next tokens after the cache's n_tokens; appends to the cache. Calls with any split of a
   // sequence give the full forward's logits.
   torch::Tensor forward(const torch::Tensor& tokens, V4Cache& cache) const;
+  // tokens [B, T] -> logits [B, T, vocab]: the full forward of B sequences at once. The token-wise
+  // parts (embedding, hyper-connections, norms, MoE, head) run on all B x T tokens together, the
+  // attention sequence by sequence; equal to B calls of forward(tokens[b]) up to the rounding of
+  // larger matmuls. loads (optional): per layer [E] int64, the expert assignments of all rows.
+  torch::Tensor forward_batch(const torch::Tensor& tokens,
+                              std::vector<torch::Tensor>* loads = nullptr) const;
   // The floating tensors (the hash tables are not parameters).
   std::vector<torch::Tensor> parameters() const;
   // Casts the floating tensors (f32 for runs and parity, f64 for gradient checks).
@@ -43,6 +49,10 @@ class V4Model {
 
   V4Config cfg;
   TensorMap tensors;
+
+ private:
+  // Throws Error unless tokens is an int64 tensor of `dims` dimensions with ids in the vocabulary.
+  void check_tokens(const torch::Tensor& tokens, int64_t dims) const;
 };
 
 }  // namespace phasekv::v4
