@@ -19,10 +19,11 @@ Usage: phasekv_to_gguf.py MODEL_DIR OUT.gguf [--chat-template FILE] [--context-l
 import argparse
 import json
 import os
-import struct
 import sys
 
 import numpy as np
+
+from deepseek4_safetensors import read_file  # the one safetensors reader of scripts/interop
 
 try:
     import gguf
@@ -35,20 +36,12 @@ def fail(msg):
 
 
 def read_safetensors(path):
-    """name -> float32 array; phasekv writes F32 tensors only."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        base = 8 + n
-        out = {}
-        for name, t in header.items():
-            if name == "__metadata__":
-                continue
-            if t["dtype"] != "F32":
-                fail(f"{path}: tensor {name} has dtype {t['dtype']} (supported: F32)")
-            begin, end = t["data_offsets"]
-            f.seek(base + begin)
-            out[name] = np.frombuffer(f.read(end - begin), dtype="<f4").reshape(t["shape"]).copy()
+    """name -> float32 array; phasekv writes F32 tensors only (deepseek4_safetensors reads the file)."""
+    out = {}
+    for name, t in read_file(path).items():
+        if t.dtype != "F32":
+            fail(f"{path}: tensor {name} has dtype {t.dtype} (supported: F32)")
+        out[name] = t.data
     return out
 
 
