@@ -1,8 +1,10 @@
 #include "v4/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include "v4/compressor.h"
 #include "v4/hyper.h"
@@ -65,6 +67,28 @@ torch::Tensor grouped_output(const V4Config& c, const TensorMap& w, int64_t laye
   return torch::matmul(low, get(w, layer_name(layer, "attn.wo_b.weight")).t());
 }
 
+// The k highest scores of each row [T, n] as a mask, chosen as ggml's CPU top_k chooses them:
+// std::partial_sort of the indices 0..n-1 by descending score. Equal scores (relu's zeros, common
+// with few indexer heads) then fall where llama.cpp's selection puts them; a stable sort (ties
+// to the lower index) picked other entries and moved logits by up to 0.78 (docs/DEEPSEEK-V4.md).
+// The selection depends only on the row's scores in entry order, so the prefill split does not
+// change it (entries not yet visible are -inf at the end and never enter the heap).
+torch::Tensor top_k_as_llamacpp(const torch::Tensor& score, int64_t k) {
+  const torch::Tensor s = score.to(torch::kFloat64).contiguous();  // exact for f32 scores
+  const int64_t T = s.size(0), n = s.size(1);
+  torch::Tensor picked = torch::zeros({T, n}, torch::kBool);
+  auto mask = picked.accessor<bool, 2>();
+  std::vector<int32_t> idx(static_cast<size_t>(n));
+  for (int64_t t = 0; t < T; ++t) {
+    const double* row = s.data_ptr<double>() + t * n;
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [row](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (int64_t j = 0; j < k; ++j) mask[t][idx[static_cast<size_t>(j)]] = true;
+  }
+  return picked;
+}
+
 }  // namespace
 
 torch::Tensor indexer_select(const V4Config& c, const TensorMap& w, int64_t layer,
@@ -89,11 +113,7 @@ torch::Tensor indexer_select(const V4Config& c, const TensorMap& w, int64_t laye
       std::sqrt(static_cast<double>(c.index_n_heads * c.index_head_dim));
   auto score = (torch::relu(torch::matmul(q, keys.t())) * weights.unsqueeze(-1)).sum(1);
   score = score.masked_fill(visible.logical_not(), -kInf);
-  // A stable sort: equal scores (relu's zeros) go to the lower index, in every chunking.
-  const int64_t k = std::min(c.index_topk, n);
-  auto order = std::get<1>(score.sort(/*stable=*/true, 1, /*descending=*/true));
-  auto picked = torch::zeros_like(visible).scatter(1, order.narrow(1, 0, k), true);
-  return picked & visible;
+  return top_k_as_llamacpp(score, std::min(c.index_topk, n)) & visible;
 }
 
 torch::Tensor attention_forward(const V4Config& c, const TensorMap& w, int64_t layer,
