@@ -1,0 +1,116 @@
+// Engine conformance (eval/conform.h): a sweep through the model in process against the same
+// sweep through an "engine". The same backend conforms exactly; a fake engine with a port bug at
+// one phase is flagged at that phase and nowhere else; engine-wide noise is not phase-dependent.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "backend/local_backend.h"
+#include "eval/conform.h"
+#include "eval/sweep.h"
+#include "io/tokenizer.h"
+#include "model/model_dir.h"
+#include "test_util.h"
+#include "util/hash.h"
+
+namespace phasekv {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A backend that forwards to `inner` and, for the contexts of one phase (found by their ids, as an
+// engine bug tied to the block boundary would find them), moves the target log-probability by
+// `bug` and every other context's by `noise`.
+class FakeEngine : public Backend {
+ public:
+  FakeEngine(Backend& inner, const SweepOptions& o, int bad_phase, double bug, double noise)
+      : inner_(inner), bug_(bug), noise_(noise) {
+    for (int64_t e = 0; e < o.examples; ++e)
+      for (int r = 0; r < o.modulus; ++r) {
+        const TaskExample ex =
+            materialize(make_logical_example(o.task, o.seed, e), o.modulus, r, o.padding, false);
+        if (r == bad_phase) bad_.insert(key(ex.tokens));
+      }
+  }
+  std::string model_id() const override { return inner_.model_id(); }
+  std::vector<int32_t> tokenize(const std::string& t) override { return inner_.tokenize(t); }
+  std::string detokenize(const std::vector<int32_t>& ids) override {
+    return inner_.detokenize(ids);
+  }
+  std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) override {
+    std::vector<ScoreResult> out = inner_.score(requests);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i].target_logprob += bad_.count(key(requests[i].context)) ? bug_ : noise_;
+    return out;
+  }
+  std::vector<int32_t> generate(const std::vector<int32_t>& c, int n) override {
+    return inner_.generate(c, n);
+  }
+  int64_t max_context() const override { return inner_.max_context(); }
+  nlohmann::json describe() const override { return inner_.describe(); }
+
+ private:
+  static std::string key(const std::vector<int32_t>& ids) {
+    return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t));
+  }
+  Backend& inner_;
+  std::set<std::string> bad_;
+  double bug_, noise_;
+};
+
+class ConformTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = test::temp_dir("conform");
+    model_dir_ = (root_ / "tiny").string();
+    Decoder model = test::make_model(test::small_kv_model_config(40), 5);
+    save_model_dir(model_dir_, model);
+    save_task_files(model_dir_, test::small_kv_task());
+  }
+  SweepOptions options(const std::string& out) {
+    SweepOptions o;
+    o.task = test::small_kv_task();
+    o.examples = 6;
+    o.modulus = 8;
+    o.seed = 3;
+    o.out_dir = (root_ / out).string();
+    o.batch = 8;
+    o.stats.bootstrap_reps = 0;
+    o.stats.permutations = 50;
+    return o;
+  }
+  fs::path root_;
+  std::string model_dir_;
+};
+
+TEST_F(ConformTest, SameModelConformsAPortBugIsFlaggedAtItsPhase) {
+  LocalBackend local = LocalBackend::from_dir(model_dir_, 1, 8);
+  const SweepOptions ref_o = options("reference");
+  const SweepResult ref = run_sweep(local, ref_o);
+
+  const SweepResult same = run_sweep(local, options("same"));
+  const ConformSummary ok = conform_summary(ref.run, same.run, "same", 8);
+  EXPECT_EQ(ok.max_dlogprob, 0.0);
+  EXPECT_EQ(ok.items, 48);
+  EXPECT_TRUE(ok.flagged.empty());
+  EXPECT_EQ(ok.verdict.rfind("conforms within", 0), 0u) << ok.verdict;
+
+  const SweepOptions bug_o = options("bug");
+  FakeEngine buggy(local, bug_o, /*bad_phase=*/3, /*bug=*/-0.4, /*noise=*/2e-6);
+  const ConformSummary bug = conform_summary(ref.run, run_sweep(buggy, bug_o).run, "ub7", 8);
+  EXPECT_EQ(bug.flagged, std::vector<int>({3}));
+  EXPECT_NEAR(bug.phases[3].max_dlogprob, 0.4, 1e-9);
+  EXPECT_NEAR(bug.phases[0].max_dlogprob, 2e-6, 1e-9);
+  EXPECT_EQ(bug.verdict.rfind("phase-dependent deviation at r = 3 ", 0), 0u) << bug.verdict;
+  EXPECT_EQ(bug.to_json()["flagged_phases"], nlohmann::json({3}));
+
+  const SweepOptions noisy_o = options("noisy");
+  FakeEngine noisy(local, noisy_o, -1, 0.0, 0.05);  // the same deviation at every phase
+  const ConformSummary n = conform_summary(ref.run, run_sweep(noisy, noisy_o).run, "fa-on", 8);
+  EXPECT_TRUE(n.flagged.empty());
+  EXPECT_EQ(n.verdict.rfind("deviates at every phase", 0), 0u) << n.verdict;
+}
+
+}  // namespace
+}  // namespace phasekv
