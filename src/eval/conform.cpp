@@ -48,7 +48,6 @@ ConformSummary conform_summary(const RunResult& reference, const RunResult& engi
   s.tolerance = o.tolerance;
   s.phases.resize(static_cast<size_t>(modulus));
   for (int r = 0; r < modulus; ++r) s.phases[static_cast<size_t>(r)].r = r;
-  std::vector<double> sums(static_cast<size_t>(modulus), 0.0);
   // The engine's records by (example, phase): its condition names the engine's setting.
   std::map<std::pair<int64_t, int>, const EvalRecord*> by_item;
   for (const auto& [key, rec] : engine.latest) by_item[{rec.example_id, rec.phase}] = &rec;
@@ -64,15 +63,14 @@ ConformSummary conform_summary(const RunResult& reference, const RunResult& engi
     const double d = std::abs(*eng->target_logprob - *ref.target_logprob);
     ++p.n;
     p.max_dlogprob = std::max(p.max_dlogprob, d);
-    sums[static_cast<size_t>(ref.phase)] += d;
+    p.mean_dlogprob += d;  // a sum until every item is in
     p.greedy_flips += eng->prediction != ref.prediction;
     p.verdict_flips += eng->correct != ref.correct;
   }
   std::vector<double> maxima;
-  for (size_t r = 0; r < s.phases.size(); ++r) {
-    ConformPhase& p = s.phases[r];
+  for (ConformPhase& p : s.phases) {
     if (p.n == 0) continue;
-    p.mean_dlogprob = sums[r] / static_cast<double>(p.n);
+    p.mean_dlogprob /= static_cast<double>(p.n);
     maxima.push_back(p.max_dlogprob);
     s.items += p.n;
     s.max_dlogprob = std::max(s.max_dlogprob, p.max_dlogprob);

@@ -212,7 +212,9 @@ Verdict phase_verdict(const PhaseSummary& s) {
   if (tested && underpowered(s)) {
     v.kind = VerdictKind::kInconclusive;
     v.headline = fmt::format("inconclusive at {:g} pp", s.sensitivity->min_gap_pp);
-    test = fmt::format("no period found (p = {}), but", format_p(s.period.p_value));
+    // "no period found (p = 0.31), but 40 examples per phase detect ... (simulated), and ..."
+    test = fmt::format("no period found (p = {}), but {}", format_p(s.period.p_value),
+                       sensitivity_text(*s.sensitivity).substr(2));
   } else if (tested) {
     v.kind = VerdictKind::kNoPeriodDetected;
     v.headline = "no periodic weak spot detected";
@@ -231,11 +233,7 @@ Verdict phase_verdict(const PhaseSummary& s) {
       spread, worst, s.gap_pp,
       has_ci ? fmt::format(", 95 % CI [{:.1f}, {:.1f}]", s.gap_ci_pp.lo, s.gap_ci_pp.hi) : "",
       null_gap_text(s));
-  if (v.kind == VerdictKind::kInconclusive) {
-    // "no period found (p = 0.31), but 40 examples per phase detect ... (simulated), and ..."
-    const std::string why = sensitivity_text(*s.sensitivity).substr(2);
-    v.detail = fmt::format("{} {}; {}", test, why, v.detail.substr(test.size() + 2));
-  } else if (s.sensitivity && tested) {
+  if (s.sensitivity && v.kind == VerdictKind::kNoPeriodDetected) {
     v.detail += sensitivity_text(*s.sensitivity);
   }
   return v;

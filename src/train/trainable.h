@@ -41,6 +41,8 @@ class Trainable {
 
 // The model cfg trains, freshly initialised with cfg.train.seed.
 std::unique_ptr<Trainable> make_trainable(const TrainConfig& cfg);
+// cfg.v4's model, freshly initialised (trainable_v4.cpp); make_trainable calls it.
+std::unique_ptr<Trainable> make_v4_trainable(const TrainConfig& cfg);
 // An existing Decoder (sharing its module) behind the interface.
 std::unique_ptr<Trainable> trainable_decoder(Decoder model);
 

@@ -50,8 +50,6 @@ std::unique_ptr<Trainable> trainable_decoder(Decoder model) {
   return std::make_unique<DecoderTrainable>(std::move(model));
 }
 
-std::unique_ptr<Trainable> make_v4_trainable(const TrainConfig& cfg);  // trainable_v4.cpp
-
 std::unique_ptr<Trainable> make_trainable(const TrainConfig& cfg) {
   if (cfg.v4) return make_v4_trainable(cfg);
   Decoder model(cfg.model);
