@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "backend/local_backend.h"
 #include "eval/conform.h"
@@ -24,8 +25,11 @@ namespace fs = std::filesystem;
 // `bug` and every other context's by `noise`.
 class FakeEngine : public Backend {
  public:
-  FakeEngine(Backend& inner, const SweepOptions& o, int bad_phase, double bug, double noise)
-      : inner_(inner), bug_(bug), noise_(noise) {
+  // jitter: each context's noise is `noise` times a fraction in [0, 1) fixed by its ids (a null
+  // engine whose deviations differ from item to item, as rounding noise does).
+  FakeEngine(Backend& inner, const SweepOptions& o, int bad_phase, double bug, double noise,
+             bool jitter = false)
+      : inner_(inner), bug_(bug), noise_(noise), jitter_(jitter) {
     for (int64_t e = 0; e < o.examples; ++e)
       for (int r = 0; r < o.modulus; ++r) {
         const TaskExample ex =
@@ -41,7 +45,7 @@ class FakeEngine : public Backend {
   std::vector<ScoreResult> score(const std::vector<ScoreRequest>& requests) override {
     std::vector<ScoreResult> out = inner_.score(requests);
     for (size_t i = 0; i < out.size(); ++i)
-      out[i].target_logprob += bad_.count(key(requests[i].context)) ? bug_ : noise_;
+      out[i].target_logprob += bad_.count(key(requests[i].context)) ? bug_ : noise(requests[i]);
     return out;
   }
   std::vector<int32_t> generate(const std::vector<int32_t>& c, int n) override {
@@ -54,9 +58,14 @@ class FakeEngine : public Backend {
   static std::string key(const std::vector<int32_t>& ids) {
     return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t));
   }
+  double noise(const ScoreRequest& r) const {
+    if (!jitter_) return noise_;
+    return noise_ * static_cast<double>(fnv1a64(key(r.context)) % 1000) / 1000.0;
+  }
   Backend& inner_;
   std::set<std::string> bad_;
   double bug_, noise_;
+  bool jitter_;
 };
 
 class ConformTest : public ::testing::Test {
@@ -110,6 +119,14 @@ TEST_F(ConformTest, SameModelConformsAPortBugIsFlaggedAtItsPhase) {
   const ConformSummary n = conform_summary(ref.run, run_sweep(noisy, noisy_o).run, "fa-on", 8);
   EXPECT_TRUE(n.flagged.empty());
   EXPECT_EQ(n.verdict.rfind("deviates at every phase", 0), 0u) << n.verdict;
+
+  // A null engine whose deviation differs from item to item is not called phase-dependent either.
+  const SweepOptions jitter_o = options("jitter");
+  FakeEngine jittery(local, jitter_o, -1, 0.0, 0.05, /*jitter=*/true);
+  const ConformSummary j = conform_summary(ref.run, run_sweep(jittery, jitter_o).run, "ub5", 8);
+  EXPECT_TRUE(j.flagged.empty()) << j.verdict;
+  EXPECT_GT(j.max_dlogprob, 0.01);
+  EXPECT_LT(j.max_dlogprob, 0.05);
 }
 
 }  // namespace
