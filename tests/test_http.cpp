@@ -503,7 +503,13 @@ class FaultServer {
       default:
         break;
     }
-    ++served_ok;
+    // Check and count under one lock: two requests in flight at served_ok = dead_after - 1
+    // must not both be answered (the dead-server audit saw 21 answers from a server dead after 20).
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (dead()) return fail(res, 502, "upstream is down");
+      ++served_ok;
+    }
     res.set_content(answer(prompt).dump(), "application/json");
   }
   void fail(httplib::Response& res, int status, const std::string& what) {
