@@ -94,7 +94,12 @@ class FakeLlamaServer {
   ToyTokenizer& toy() { return toy_; }
   int32_t byte_token() const { return byte_token_; }
 
-  std::atomic<int> completions{0};   // POST /completion answered (any status)
+  std::atomic<int> completions{0};  // POST /completion answered (any status)
+  // The prompt length and cache_prompt of every /completion past the rate limits, in order.
+  std::vector<std::pair<int, bool>> completion_log() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return log_;
+  }
   std::atomic<int> refused_utf8{0};  // of them, HTTP 500 for invalid UTF-8 output
   // Rate limiting: more than max_in_flight concurrent /completion requests get 429 with
   // Retry-After: retry_after (0 = off); first_attempt_429 answers every body's first attempt 429.
@@ -168,6 +173,10 @@ class FakeLlamaServer {
     const auto j = nlohmann::json::parse(req.body);
     const std::vector<int32_t> prompt = j.at("prompt");
     const int n = static_cast<int>(prompt.size());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      log_.push_back({n, j.value("cache_prompt", true)});
+    }
     if (n >= n_ctx_)
       return fail(res, 400,
                   {{"code", 400},
@@ -262,6 +271,7 @@ class FakeLlamaServer {
   std::atomic<int> in_flight_{0};
   std::mutex mutex_;
   std::set<std::string> seen_;
+  std::vector<std::pair<int, bool>> log_;
 };
 
 }  // namespace phasekv::test

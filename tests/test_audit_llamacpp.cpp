@@ -17,6 +17,7 @@
 #include "eval/results_file.h"
 #include "fake_llamacpp.h"
 #include "test_util.h"
+#include "util/error.h"
 #include "util/fs.h"
 
 namespace phasekv {
@@ -436,6 +437,42 @@ TEST(AuditBlind, AStrideThatDoesNotDivideTheModulusIsFoundFromKeyPositions) {
         << run.log;
   }
   fs::remove_all(out);
+}
+
+// --prefill-pieces (conform's "prompt in pieces" condition): each scored prompt reaches the
+// slot first as growing prefixes at k/K of its length, every request with the prompt cache on,
+// then whole; the result is the whole prompt's. More than one request in flight is refused (the
+// pieces must meet in one slot), and so is a server that is not llama.cpp.
+TEST(LlamacppPieces, APromptArrivesAsGrowingPrefixesWithTheCacheOn) {
+  FakeLlamaServer server;
+  HttpBackendOptions o = llama_options(server);
+  o.concurrency = 1;
+  o.prefill_pieces = 3;
+  auto http = HttpBackend::open(o);
+  const Prompt p = prompt_with_key_at(server.toy(), 20);
+  const int n = static_cast<int>(p.tokens.size());
+  const ScoreResult whole = http->score({{p.tokens, p.target}}).front();
+  ASSERT_TRUE(whole.error.empty()) << whole.error;
+  const auto log = server.completion_log();
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[0], std::make_pair(n / 3, true));
+  EXPECT_EQ(log[1], std::make_pair(2 * n / 3, true));
+  EXPECT_EQ(log[2], std::make_pair(n, true));
+  EXPECT_EQ(http->describe()["prefill_pieces"], 3);
+
+  o.prefill_pieces = 1;
+  const ScoreResult plain = HttpBackend::open(o)->score({{p.tokens, p.target}}).front();
+  EXPECT_EQ(plain.target_logprob, whole.target_logprob);
+  EXPECT_EQ(server.completion_log().back(), std::make_pair(n, false));
+
+  o.prefill_pieces = 2;
+  o.concurrency = 2;
+  try {
+    HttpBackend::open(o);
+    ADD_FAILURE() << "two requests in flight with pieces were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--concurrency 1"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

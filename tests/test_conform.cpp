@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -13,6 +14,7 @@
 #include "io/tokenizer.h"
 #include "model/model_dir.h"
 #include "test_util.h"
+#include "util/fs.h"
 #include "util/hash.h"
 
 namespace phasekv {
@@ -27,14 +29,16 @@ class FakeEngine : public Backend {
  public:
   // jitter: each context's noise is `noise` times a fraction in [0, 1) fixed by its ids (a null
   // engine whose deviations differ from item to item, as rounding noise does).
+  // bad_example >= 0: the bug hits that example's context at bad_phase only (one item, as a
+  // flipped top-k selection would).
   FakeEngine(Backend& inner, const SweepOptions& o, int bad_phase, double bug, double noise,
-             bool jitter = false)
+             bool jitter = false, int64_t bad_example = -1)
       : inner_(inner), bug_(bug), noise_(noise), jitter_(jitter) {
     for (int64_t e = 0; e < o.examples; ++e)
       for (int r = 0; r < o.modulus; ++r) {
         const TaskExample ex =
             materialize(make_logical_example(o.task, o.seed, e), o.modulus, r, o.padding, false);
-        if (r == bad_phase) bad_.insert(key(ex.tokens));
+        if (r == bad_phase && (bad_example < 0 || e == bad_example)) bad_.insert(key(ex.tokens));
       }
   }
   std::string model_id() const override { return inner_.model_id(); }
@@ -113,6 +117,22 @@ TEST_F(ConformTest, SameModelConformsAPortBugIsFlaggedAtItsPhase) {
   EXPECT_NEAR(bug.phases[0].max_dlogprob, 2e-6, 1e-9);
   EXPECT_EQ(bug.verdict.rfind("phase-dependent deviation at r = 3 ", 0), 0u) << bug.verdict;
   EXPECT_EQ(bug.to_json()["flagged_phases"], nlohmann::json({3}));
+  EXPECT_TRUE(bug.jumps.empty());
+  EXPECT_EQ(bug.phases[3].beyond_tolerance, 6);
+
+  // The same deviation at one item of that phase only (a selection flipped by noise) is a jump,
+  // not a phase-dependent deviation.
+  const SweepOptions one_o = options("one");
+  FakeEngine one_item(local, one_o, 3, -0.4, 2e-6, /*jitter=*/true, /*bad_example=*/4);
+  const ConformSummary one = conform_summary(ref.run, run_sweep(one_item, one_o).run, "fa-on", 8);
+  EXPECT_TRUE(one.flagged.empty()) << one.verdict;
+  ASSERT_EQ(one.jumps.size(), 1u);
+  EXPECT_EQ(one.jumps[0].example, 4);
+  EXPECT_EQ(one.jumps[0].r, 3);
+  EXPECT_NEAR(one.jumps[0].dlogprob, 0.4, 1e-6);
+  EXPECT_EQ(one.verdict.rfind("deviates at every phase", 0), 0u) << one.verdict;
+  EXPECT_NE(one.verdict.find("1 isolated jump at example 4 r = 3 (0.4)"), std::string::npos)
+      << one.verdict;
 
   const SweepOptions noisy_o = options("noisy");
   FakeEngine noisy(local, noisy_o, -1, 0.0, 0.05);  // the same deviation at every phase
@@ -125,8 +145,78 @@ TEST_F(ConformTest, SameModelConformsAPortBugIsFlaggedAtItsPhase) {
   FakeEngine jittery(local, jitter_o, -1, 0.0, 0.05, /*jitter=*/true);
   const ConformSummary j = conform_summary(ref.run, run_sweep(jittery, jitter_o).run, "ub5", 8);
   EXPECT_TRUE(j.flagged.empty()) << j.verdict;
+  EXPECT_TRUE(j.jumps.empty()) << j.verdict;
   EXPECT_GT(j.max_dlogprob, 0.01);
   EXPECT_LT(j.max_dlogprob, 0.05);
+}
+
+// An engine run that scored only part of the items (a server that died, errors) gets no whole
+// verdict: the missing items are counted and the verdict says "incomplete".
+TEST_F(ConformTest, AnEngineRunWithMissingItemsIsIncompleteNotConforming) {
+  LocalBackend local = LocalBackend::from_dir(model_dir_, 1, 8);
+  const SweepResult ref = run_sweep(local, options("reference"));
+  SweepOptions part = options("part");
+  part.examples = 4;  // examples 4 and 5 never reach the engine
+  const ConformSummary s = conform_summary(ref.run, run_sweep(local, part).run, "dead", 8);
+  EXPECT_EQ(s.items, 32);
+  EXPECT_EQ(s.missing, 16);
+  EXPECT_EQ(s.max_dlogprob, 0.0);
+  EXPECT_EQ(s.verdict.rfind("incomplete: 16 of 48 items missing", 0), 0u) << s.verdict;
+}
+
+// An engine that cannot give the target's log-probability at one phase (outside its top-n):
+// those items are censored, not missing; their greedy answers still count, and the verdict on
+// the rest says how many were censored.
+TEST_F(ConformTest, CensoredTargetsAreCountedApartFromTheDeviation) {
+  LocalBackend local = LocalBackend::from_dir(model_dir_, 1, 8);
+  const SweepResult ref = run_sweep(local, options("reference"));
+  const SweepOptions o = options("censoring");
+  FakeEngine censoring(local, o, /*bad_phase=*/3, std::numeric_limits<double>::quiet_NaN(), 0.0);
+  const ConformSummary s = conform_summary(ref.run, run_sweep(censoring, o).run, "top20", 8);
+  EXPECT_EQ(s.items, 48);
+  EXPECT_EQ(s.censored, 6);
+  EXPECT_EQ(s.missing, 0);
+  EXPECT_EQ(s.phases[3].n, 6);
+  EXPECT_EQ(s.phases[3].scored, 0);
+  EXPECT_TRUE(s.flagged.empty());
+  EXPECT_EQ(s.verdict.rfind("conforms within 1.0e-03 (max |dlogprob| 0.0e+00 over 42 items); 6 "
+                            "items censored",
+                            0),
+            0u)
+      << s.verdict;
+}
+
+// The command through the binary against `phasekv serve` of the same model: one request at a
+// time and three in flight both conform; the two conditions are reported side by side in
+// OUT/conform.json and OUT/conform.csv; a label that would overwrite the reference is refused.
+TEST_F(ConformTest, TheCommandReportsEveryConditionOfAServedModel) {
+  test::ServeProcess server(PHASEKV_BINARY, model_dir_, root_ / "serve.log");
+  ASSERT_FALSE(server.endpoint().empty()) << server.log();
+  const fs::path out = root_ / "conform";
+  const std::string base = std::string(PHASEKV_BINARY) + " conform --model " + model_dir_ +
+                           " --endpoint " + server.endpoint() + " --served-model " + server.name() +
+                           " --out " + out.string() + " --modulus 8 --examples 3 --seed 3";
+  const test::CommandResult one = test::run_command(base + " --condition c1");
+  ASSERT_EQ(one.status, 0) << one.out << one.err;
+  EXPECT_NE(one.out.find("c1: conforms within 1.0e-03"), std::string::npos) << one.out;
+  const test::CommandResult three = test::run_command(base + " --condition c3 --concurrency 3");
+  ASSERT_EQ(three.status, 0) << three.out << three.err;
+  const nlohmann::json report = read_json_file((out / "conform.json").string());
+  ASSERT_EQ(report["conditions"].size(), 2u);
+  for (const auto& c : report["conditions"]) {
+    EXPECT_EQ(c["conform"]["items"], 24);
+    EXPECT_EQ(c["conform"]["missing"], 0);
+    EXPECT_LT(c["conform"]["max_dlogprob"].get<double>(), 1e-4);
+  }
+  EXPECT_EQ(report["conditions"][1]["engine"]["concurrency"], 3);
+  EXPECT_EQ(test::sorted_lines(out / "conform.csv").size(), 1u + 2u * 8u);
+  const test::CommandResult bad = test::run_command(base + " --condition reference");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--condition 'reference'"), std::string::npos) << bad.err;
+  // Pieces through the prompt cache are llama.cpp's /completion only.
+  const test::CommandResult pieces = test::run_command(base + " --condition p2 --prefill-pieces 2");
+  EXPECT_EQ(pieces.status, 2);
+  EXPECT_NE(pieces.err.find("--prefill-pieces"), std::string::npos) << pieces.err;
 }
 
 }  // namespace

@@ -80,6 +80,13 @@ std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
   t.permanent = llamacpp_output_refused;
   t.cache_dir = o.request_cache;
   t.api_key = read_api_key(o.api_key_env);
+  if (o.prefill_pieces < 1)
+    throw Error(fmt::format("--prefill-pieces is {} (allowed: >= 1)", o.prefill_pieces));
+  if (o.prefill_pieces > 1 &&
+      (o.concurrency != 1 || o.mode != ScoreMode::kLogprob || o.api != ApiKind::kCompletions))
+    throw Error(
+        "--prefill-pieces > 1 sends a prompt's pieces to one server slot in turn: it needs "
+        "--concurrency 1, --mode logprob and --api completions");
   std::unique_ptr<HttpBackend> b(new HttpBackend(o, std::make_unique<Transport>(std::move(t))));
   try {
     if (o.dialect == "auto") {
@@ -90,6 +97,10 @@ std::unique_ptr<HttpBackend> HttpBackend::open(const HttpBackendOptions& o) {
     }
     b->load_model_card(0);
     if (o.api == ApiKind::kChat) b->learn_chat_template(0);
+    if (o.prefill_pieces > 1 && b->dialect_ != Dialect::kLlamacpp)
+      throw Error("--prefill-pieces > 1: the server is " + to_string(b->dialect_) +
+                  "; pieces are sent to llama.cpp's /completion only (allowed with --dialect "
+                  "llamacpp)");
   } catch (const RequestFailed& e) {
     throw Error(std::string("endpoint ") + o.endpoint + ": " + e.what());
   } catch (const ProtocolError& e) {
@@ -227,9 +238,20 @@ CallParams HttpBackend::call_params() const {
   CallParams p;
   p.model = options_.model;
   p.top_n = options_.top_n;
-  p.disable_cache = options_.defeat_prefix_cache;
-  if (options_.defeat_prefix_cache && dialect_ == Dialect::kVllm) p.cache_salt = fresh_salt();
+  // Pieces must find their prefix in the slot's cache.
+  p.disable_cache = options_.defeat_prefix_cache && options_.prefill_pieces == 1;
+  if (p.disable_cache && dialect_ == Dialect::kVllm) p.cache_salt = fresh_salt();
   return p;
+}
+
+void HttpBackend::prefill(int slot, const std::vector<int32_t>& context) {
+  const auto k_max = static_cast<size_t>(options_.prefill_pieces);
+  for (size_t k = 1; k < k_max; ++k) {
+    const size_t cut = context.size() * k / k_max;
+    if (cut == 0) continue;
+    const std::vector<int32_t> prefix(context.begin(), context.begin() + static_cast<long>(cut));
+    post_counted(slot, generate_call(dialect_, call_params(), prefix, 1));
+  }
 }
 
 std::string HttpBackend::failure_text(const RequestFailed& e) const {
@@ -386,6 +408,7 @@ ScoreResult HttpBackend::score_one(int slot, const ScoreRequest& r) {
       return parse_chat_score(post_counted(slot, call), r);
     }
     if (options_.mode == ScoreMode::kLogprob) {
+      if (options_.prefill_pieces > 1) prefill(slot, r.context);
       const HttpCall call = score_call(dialect_, call_params(), r);
       return parse_score(dialect_, post_counted(slot, call), r);
     }
@@ -510,7 +533,8 @@ json HttpBackend::describe() const {
       {"mode", to_string(options_.mode)},
       {"api", to_string(options_.api)},
       {"top_n", options_.top_n},
-      {"prefix_cache", prefix_cache_policy(dialect_, options_.defeat_prefix_cache)},
+      {"prefix_cache",
+       prefix_cache_policy(dialect_, options_.defeat_prefix_cache && options_.prefill_pieces == 1)},
       {"concurrency", options_.concurrency},
       {"timeout_s", options_.timeout_s},
       {"retries", options_.retries},
@@ -523,6 +547,7 @@ json HttpBackend::describe() const {
        options_.request_cache.empty() ? json(nullptr) : json(options_.request_cache)},
       {"max_retry_after_s", options_.max_retry_after_s},
       {"give_up_after_s", options_.give_up_after_s}};
+  if (options_.prefill_pieces > 1) d["prefill_pieces"] = options_.prefill_pieces;
   const auto limit = context_limit();
   d["context_limit"] = limit
                            ? json{{"tokens", limit->tokens},

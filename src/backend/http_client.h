@@ -57,6 +57,11 @@ struct HttpBackendOptions {
   std::string request_cache;         // --request-cache DIR ("" = off; http_transport.h)
   std::string chat_template_file;    // --chat-template FILE ("" = the server renders; http_chat.h)
   std::string reasoning;             // --reasoning: "", on, off, low, medium, high (http_chat.h)
+  // > 1 (llama.cpp, logprob scoring through completions, one request in flight): each scored
+  // prompt is first sent as K - 1 growing prefixes (cut at k/K of its length, one token
+  // generated, cache_prompt true), so the server's slot holds them and the scored request
+  // computes only its last piece on top of the cached state: the prompt arrives in pieces.
+  int prefill_pieces = 1;
 };
 
 // The server's context size and where it was read.
@@ -133,6 +138,8 @@ class HttpBackend : public Backend {
   void load_model_card(int slot);
   CallParams call_params() const;
   ScoreResult score_one(int slot, const ScoreRequest& r);
+  // --prefill-pieces: the K - 1 prefixes of `context` into the slot's prompt cache.
+  void prefill(int slot, const std::vector<int32_t>& context);
   // Greedy generation through the configured route; throws on failure.
   Generated generate_one(int slot, const std::vector<int32_t>& context, int max_tokens);
   // api chat: the template's leading tokens (learned at open), and the message content that

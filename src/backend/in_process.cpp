@@ -2,9 +2,18 @@
 
 #include <filesystem>
 
+#include "backend/local_backend.h"
+#include "backend/v4_backend.h"
 #include "util/error.h"
+#include "v4/model_dir.h"
 
 namespace phasekv {
+
+std::unique_ptr<Backend> open_model_dir(const std::string& dir, int threads, int batch) {
+  if (v4::is_v4_model_dir(dir))
+    return std::make_unique<V4Backend>(V4Backend::from_dir(dir, threads));
+  return std::make_unique<LocalBackend>(LocalBackend::from_dir(dir, threads, batch));
+}
 
 std::string model_name_of_dir(const std::string& dir) {
   std::filesystem::path p = std::filesystem::path(dir).lexically_normal();

@@ -1,7 +1,9 @@
 // What the in-process backends (LocalBackend for phasekv's own models, V4Backend for DeepSeek-V4
-// checkpoints) share: the model's name from its directory and the check of a scoring request.
+// checkpoints) share: the model's name from its directory, the check of a scoring request, and
+// the choice between them for a model directory.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +12,11 @@
 #include "io/tokenizer.h"
 
 namespace phasekv {
+
+// The in-process backend of a model directory: V4Backend for a DeepSeek-V4 checkpoint
+// (config.json naming DeepseekV4ForCausalLM), LocalBackend for one of phasekv's own models.
+// `batch` sequences per forward (LocalBackend only).
+std::unique_ptr<Backend> open_model_dir(const std::string& dir, int threads, int batch);
 
 // "models/tiny/" and "models/tiny" both name the model "tiny".
 std::string model_name_of_dir(const std::string& dir);

@@ -6,8 +6,7 @@
 #include <iostream>
 #include <memory>
 
-#include "backend/local_backend.h"
-#include "backend/v4_backend.h"
+#include "backend/in_process.h"
 #include "cli/commands.h"
 #include "cli/path_options.h"
 #include "eval/plan.h"
@@ -18,7 +17,6 @@
 #include "report/report.h"
 #include "util/error.h"
 #include "util/fs.h"
-#include "v4/model_dir.h"
 
 namespace phasekv::cli {
 namespace {
@@ -47,13 +45,6 @@ TaskConfig select_task(const std::string& model_dir, const std::string& flag) {
   throw Error("--task kv: the model in " + model_dir +
               " was trained on passkey (task.json), which has no key-value records to ask "
               "about (allowed for this model: --task passkey)");
-}
-
-// The in-process backend of a model directory: a DeepSeek-V4 checkpoint (config.json naming
-// DeepseekV4ForCausalLM) or one of phasekv's own models.
-std::unique_ptr<Backend> open_model_dir(const std::string& dir, int threads, int batch) {
-  if (v4::is_v4_model_dir(dir)) return std::make_unique<V4Backend>(V4Backend::from_dir(dir, threads));
-  return std::make_unique<LocalBackend>(LocalBackend::from_dir(dir, threads, batch));
 }
 
 struct SweepArgs {

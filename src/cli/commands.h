@@ -25,6 +25,7 @@ void register_probe(CLI::App& app);
 void register_tokenizer(CLI::App& app);
 void register_calibrate(CLI::App& app);  // cmd_calibrate.cpp, docs/STATISTICS.md
 void register_plan(CLI::App& app);       // cmd_plan.cpp, eval/plan.h
+void register_conform(CLI::App& app);    // cmd_conform.cpp, eval/conform.h, docs/CONFORM.md
 
 // Threads for libtorch: it defaults to 1 on Debian's build, so every command sets it explicitly.
 void set_threads(int n);

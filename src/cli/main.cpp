@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   phasekv::cli::register_tokenizer(app);
   phasekv::cli::register_calibrate(app);
   phasekv::cli::register_plan(app);
+  phasekv::cli::register_conform(app);
   phasekv::cli::finish_app(app);
   if (const auto status = phasekv::cli::reject_unknown_command(app, argc, argv)) return *status;
   try {
