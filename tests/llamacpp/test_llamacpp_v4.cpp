@@ -229,13 +229,13 @@ TEST_F(LlamaCppV4, PhasekvMatchesLlamaCppWithRealTopKAndRouting) {
   EXPECT_LT(nlohmann::json::parse(f)["max_abs"].get<double>(), 1e-4);
 }
 
-// The study-geometry V4 of configs/train/v4-lookup.toml after 4 training steps: 4 indexer heads,
-// top-k 8, many entries scoring exactly 0 after the relu, so the top-k boundary falls inside a
-// tie. phasekv breaks ties as ggml's CPU top_k does (std::partial_sort); breaking them toward the
+// The study-geometry V4 of configs/train/v4-lookup-topk8.toml after 4 training steps: 4 indexer
+// heads, top-k 8, many entries scoring exactly 0 after the relu, so the top-k boundary falls inside
+// a tie. phasekv breaks ties as ggml's CPU top_k does (std::partial_sort); breaking them toward the
 // lower entry instead moved logits by up to 0.78 from position 137 on (measured on this model).
 TEST_F(LlamaCppV4, TiedIndexerScoresAreBrokenAsLlamaCppBreaksThem) {
   const Shell t = sh(std::string(PHASEKV_BINARY) + " train --config " + kSource +
-                     "/configs/train/v4-lookup.toml --steps 4 --out " + dir_ + "/v4-lookup");
+                     "/configs/train/v4-lookup-topk8.toml --steps 4 --out " + dir_ + "/v4-lookup");
   ASSERT_EQ(t.status, 0) << t.output;
   EXPECT_LT(parity_max_abs(dir_ + "/v4-lookup", dir_ + "/parity-ties", "STREAM_CHUNK=7"), 1e-4);
 }
