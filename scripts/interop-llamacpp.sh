@@ -26,6 +26,9 @@
 #   LONG=0        skip the long-document grid
 #   SCORE_128K=1  also score one example of 128K-token documents (2 items, ~15 min each)
 #   PHASEKV=BIN   the phasekv binary (default build/phasekv)
+#   V4_MODEL=DIR  also a DeepSeek-V4 model directory (config.json, model.safetensors, task.json):
+#                 served as llama.cpp's deepseek4, audited blind, compared, and held to
+#                 `phasekv conform` (docs/CONFORM.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/interop-llamacpp}
@@ -76,9 +79,9 @@ wait_up() { # URL LOG
   tail -n 20 "$2" >&2
   exit 1
 }
-llama() { # GGUF ALIAS PORT CTX
+llama() { # GGUF ALIAS PORT CTX [llama-server flags...]
   "$SERVER" -m "$1" --alias "$2" --port "$3" -c "$4" -np 1 -t "$THREADS" --no-webui \
-    --cache-type-k f32 --cache-type-v f32 >"$OUT/llama-server-$2.log" 2>&1 &
+    --cache-type-k f32 --cache-type-v f32 "${@:5}" >"$OUT/llama-server-$2.log" 2>&1 &
   PIDS+=($!)
   wait_up "http://127.0.0.1:$3" "$OUT/llama-server-$2.log"
 }
@@ -135,6 +138,21 @@ audit 8094 code-full-phasekv-chat code-full-chat-llamacpp-phasekv-template "${TE
 compare code-full-text-phasekv code-full-text-llamacpp
 compare code-full-text-generate-phasekv code-full-text-generate-llamacpp
 compare code-full-chat-phasekv code-full-chat-llamacpp-phasekv-template
+
+# A DeepSeek-V4 trained by phasekv (V4_MODEL, a V4 model directory with its task.json): llama.cpp's
+# deepseek4 serves its f32 GGUF (flash attention off: docs/CONFORM.md), the audit finds its period
+# blind (no --stride, the default modulus 24) and its records are compared item by item with the
+# in-process sweep of the same examples; then `phasekv conform` under every engine condition.
+if [ -n "${V4_MODEL:-}" ]; then
+  PYTHONPATH=$WORK/src/gguf-py $PY scripts/interop/deepseek4_to_gguf.py "$V4_MODEL" "$OUT/v4.gguf"
+  llama "$OUT/v4.gguf" v4 8096 2048 --flash-attn off
+  $PHASEKV sweep --model "$V4_MODEL" --task lookup --padding prefix --modulus 24 --stride 4 \
+    --examples "$EXAMPLES" --threads 1 --out "$OUT/v4-sweep" | tail -n 3
+  M=24 audit 8096 v4 v4-ids --render ids --task-config "$V4_MODEL/task.json" --task lookup \
+    --top-n 1000
+  compare v4-sweep v4-ids
+  PHASEKV=$PHASEKV PORT=8097 bash scripts/interop/conform-deepseek4.sh "$V4_MODEL" "$OUT/v4-conform"
+fi
 
 if [ "${LONG:-1}" != 0 ]; then
   # Long documents of natural text, through a GGUF that declares a 133,120-token context
