@@ -11,6 +11,7 @@
 #include "backend/http_client.h"
 #include "backend/local_backend.h"
 #include "cli/commands.h"
+#include "cli/http_options.h"
 #include "cli/path_options.h"
 #include "probe/flip_search.h"
 #include "probe/probe.h"
@@ -21,11 +22,9 @@ namespace phasekv::cli {
 namespace {
 
 struct ProbeArgs {
-  std::string spec, model, endpoint, dialect = "auto", out, lengths, api_key_env;
+  std::string spec, model, endpoint, out, lengths;
   int stride = 0, retest = 1, threads = 0, batch = 16, permutations = 1000;
-  int concurrency = 8, retries = 5, top_n = 20;
-  double timeout_s = 60, give_up_after_s = 60;
-  int64_t max_context = 0;
+  HttpBackendOptions http;  // with --endpoint (cli/http_options.h)
 };
 
 // "A:B" -> {A, B}.
@@ -53,17 +52,9 @@ std::pair<std::unique_ptr<Backend>, int> open_backend(const ProbeArgs& a) {
     const int stride = a.stride > 0 ? a.stride : chunked_stride(local->model()->cfg);
     return {std::move(local), stride};
   }
-  HttpBackendOptions o;
+  HttpBackendOptions o = a.http;
   o.endpoint = a.endpoint;
   o.model = a.model;
-  o.dialect = a.dialect;
-  o.concurrency = a.concurrency;
-  o.timeout_s = a.timeout_s;
-  o.retries = a.retries;
-  o.give_up_after_s = a.give_up_after_s;
-  o.api_key_env = a.api_key_env;
-  o.top_n = a.top_n;
-  o.max_context = a.max_context;
   return {HttpBackend::open(o), a.stride};
 }
 
@@ -77,15 +68,7 @@ void add_backend_options(CLI::App* cmd, ProbeArgs& a) {
       ->check(output_dir());
   cmd->add_option("--threads", a.threads, "libtorch threads for --model DIR (0 = all cores)");
   cmd->add_option("--batch", a.batch, "sequences per forward for --model DIR");
-  cmd->add_option("--dialect", a.dialect, "auto|vllm|sglang|llamacpp (with --endpoint)");
-  cmd->add_option("--concurrency", a.concurrency, "requests in flight (with --endpoint)");
-  cmd->add_option("--timeout-s", a.timeout_s, "per-request timeout in seconds");
-  cmd->add_option("--retries", a.retries, "retries per request");
-  cmd->add_option("--give-up-after-s", a.give_up_after_s,
-                  "stop (exit 6, resumable) when the server answered nothing for this long");
-  cmd->add_option("--api-key-env", a.api_key_env, "environment variable holding the API key");
-  cmd->add_option("--top-n", a.top_n, "logprobs / n_probs per position (with --endpoint)");
-  cmd->add_option("--max-context", a.max_context, "overrides the server's context size");
+  add_http_backend_options(cmd, a.http);  // with --endpoint
 }
 
 void run_flips(const ProbeArgs& a, int control_period, int examples) {
