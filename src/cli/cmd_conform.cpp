@@ -75,7 +75,7 @@ SweepOptions sweep_options(const ConformArgs& a, const TaskConfig& task, int str
   o.padding = padding_mode_from_string(a.padding, "--padding");
   o.seed = a.seed;
   o.stride = stride;
-  o.stride_given = true;  // chosen below, for both runs alike
+  o.stride_given = true;  // a model stride that does not divide M means no split, not an error
   o.out_dir = dir;
   o.batch = a.batch;
   o.stats.bootstrap_reps = 0;  // the deviations are conform's result, not the accuracy's CI
@@ -84,21 +84,17 @@ SweepOptions sweep_options(const ConformArgs& a, const TaskConfig& task, int str
   return o;
 }
 
-// The stride for the sweeps' summaries: --stride, else the model's when it divides M, else none.
-int sweep_stride(const ConformArgs& a, const json& described) {
-  if (a.stride > 0) return a.stride;
-  const int model = described["stride"].is_number_integer() ? described["stride"].get<int>() : 0;
-  return model > 0 && a.modulus % model == 0 ? model : 0;
-}
-
+// `stride` receives the stride of both sweeps' summaries, as run_sweep chooses it: --stride,
+// else the model's when it divides M, else none.
 SweepResult run_reference(const ConformArgs& a, const TaskConfig& task, int& stride) {
   const std::unique_ptr<Backend> model = open_model_dir(a.model, a.threads, a.batch);
   const json described = model->describe();
-  stride = sweep_stride(a, described);
-  SweepOptions o = sweep_options(a, task, stride, (fs::path(a.out) / "reference").string());
+  SweepOptions o = sweep_options(a, task, a.stride, (fs::path(a.out) / "reference").string());
   o.model_meta = {{"model_dir", a.model},
                   {"config_hash", described["config_hash"]},
                   {"stride", described["stride"]}};
+  stride = sweep_stride(*model, o);
+  o.stride = stride;
   o.progress_label = "conform reference";
   SweepResult r = run_sweep(*model, o);
   write_sweep_outputs(o.out_dir, r.label, r.summary, r.meta);
@@ -117,9 +113,10 @@ EngineRun run_engine(const ConformArgs& a, const TaskConfig& task, int stride) {
   const std::unique_ptr<HttpBackend> http = HttpBackend::open(h);
   SweepOptions o = sweep_options(a, task, stride, (fs::path(a.out) / a.condition).string());
   o.batch = std::max(a.batch, 4 * h.concurrency);
-  o.model_meta = {{"endpoint", http->describe()["endpoint"]}, {"condition", a.condition}};
+  const json described = http->describe();
+  o.model_meta = {{"endpoint", described["endpoint"]}, {"condition", a.condition}};
   o.progress_label = "conform " + a.condition;
-  EngineRun run{run_sweep(*http, o), http->describe()};
+  EngineRun run{run_sweep(*http, o), described};
   write_sweep_outputs(o.out_dir, run.sweep.label, run.sweep.summary, run.sweep.meta);
   // The server's token counts over every call that scored this condition (a resumed call adds
   // its own to the earlier ones): cached_prompt_tokens says whether --prefill-pieces' pieces
