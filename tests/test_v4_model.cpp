@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 
 #include "io/safetensors.h"
 #include "test_util.h"
@@ -80,8 +81,6 @@ TEST(V4Model, StreamingEqualsFullAtEverySplit) {
   }
 }
 
-// Central differences of sum(logits * R) against autograd, in f64, on a few elements of each kind
-// of tensor (the indexer's are left out: selection carries no gradient).
 // Several sequences at once (the training loop's batches): each row is the single-sequence
 // forward up to matmul rounding, and the expert loads are the rows' together.
 TEST(V4Model, ForwardBatchEqualsRowByRow) {
@@ -111,6 +110,44 @@ TEST(V4Model, ForwardBatchEqualsRowByRow) {
   EXPECT_THROW(m.forward_batch(tokens[0]), Error);
 }
 
+// The batched attention (attention_forward_batch: windows, overlapping and plain compressors, the
+// indexer keeping 2 of up to 10 entries, in one set of ops) against the streaming code path row by
+// row, in f64: the same logits and the same gradient for every tensor.
+TEST(V4Model, ForwardBatchGradientsEqualRowByRow) {
+  v4::V4Model m = test::v4_small_model(23);
+  m.to(torch::kFloat64);
+  const int64_t B = 3, T = 40;
+  const torch::Tensor tokens = test::random_tokens(B * T, 32, 8).view({B, T});
+  const torch::Tensor r = torch::randn({B, T, 32}, torch::kFloat64);
+  auto grads = [&](bool batched) {
+    for (torch::Tensor& t : m.parameters()) t.requires_grad_(true).mutable_grad() = torch::Tensor();
+    torch::Tensor logits;
+    if (batched) {
+      logits = m.forward_batch(tokens);
+    } else {
+      std::vector<torch::Tensor> rows;
+      for (int64_t b = 0; b < B; ++b) rows.push_back(m.forward(tokens[b]));
+      logits = torch::stack(rows);
+    }
+    (logits * r).sum().backward();
+    std::map<std::string, torch::Tensor> out{{"logits", logits.detach()}};
+    for (const auto& [name, t] : m.tensors)
+      if (t.is_floating_point() && t.grad().defined()) out[name] = t.grad().clone();
+    return out;
+  };
+  const auto batched = grads(true), rows = grads(false);
+  ASSERT_EQ(batched.size(), rows.size());
+  EXPECT_GT(batched.size(), 30u);
+  for (const auto& [name, g] : rows) {
+    ASSERT_TRUE(batched.count(name)) << name;
+    EXPECT_LT(test::max_abs_diff(batched.at(name), g), 1e-10 * (1 + g.abs().max().item<double>()))
+        << name;
+  }
+  for (torch::Tensor& t : m.parameters()) t.requires_grad_(false);
+}
+
+// Central differences of sum(logits * R) against autograd, in f64, on a few elements of each kind
+// of tensor (the indexer's are left out: selection carries no gradient).
 TEST(V4Model, FiniteDifferenceGradients) {
   v4::V4Model m = test::v4_small_model(5);
   m.to(torch::kFloat64);

@@ -1,5 +1,5 @@
-// DeepSeek-V4 models (src/v4) behind train/trainable.h, through V4Model::forward_batch (the
-// attention runs row by row, everything else on the whole batch). The routers are balanced as
+// DeepSeek-V4 models (src/v4) behind train/trainable.h, through V4Model::forward_batch (the whole
+// batch at once). The routers are balanced as
 // DeepSeek-V3/V4 describe it, without an auxiliary loss: after every step each score-routed layer's
 // selection bias moves by kRoutingBiasSpeed towards balance, from the expert loads of that step's
 // whole batch (v4/train.h update_routing_bias).

@@ -47,24 +47,41 @@ void window_trim(AttentionCache& c, int64_t end, int64_t window) {
 }
 
 // Softmax over the keys and one sink logit per head; the sink takes probability, no value.
+// q [..., T, H, hd], keys [..., S, hd], visible [..., T, S] (the leading dims: none for one
+// sequence, B for a batch) -> [..., T, H, hd].
 torch::Tensor attend_with_sinks(const torch::Tensor& q, const torch::Tensor& keys,
                                 const torch::Tensor& visible, const torch::Tensor& sink) {
-  const int64_t T = q.size(0), H = q.size(1);
-  auto scores = torch::matmul(q, keys.t()) / std::sqrt(static_cast<double>(q.size(2)));
-  scores = scores.masked_fill(visible.logical_not().unsqueeze(1), -kInf);
-  auto logits = torch::cat({scores, sink.view({1, H, 1}).expand({T, H, 1})}, 2);
-  auto p = torch::softmax(logits, 2).narrow(2, 0, keys.size(0));
-  return torch::matmul(p, keys);  // V = K
+  const int64_t H = q.size(-2);
+  auto scores =
+      torch::einsum("...thd,...sd->...ths", {q, keys}) / std::sqrt(static_cast<double>(q.size(-1)));
+  scores = scores.masked_fill(visible.logical_not().unsqueeze(-2), -kInf);
+  std::vector<int64_t> sink_shape = scores.sizes().vec();
+  sink_shape.back() = 1;
+  auto logits = torch::cat({scores, sink.view({H, 1}).expand(sink_shape)}, -1);
+  auto p = torch::softmax(logits, -1).narrow(-1, 0, keys.size(-2));
+  return torch::einsum("...ths,...sd->...thd", {p, keys});  // V = K
 }
 
 // Heads in o_groups groups, group g through rows [g r, (g+1) r) of wo_a, then wo_b.
+// o [..., T, H, hd] -> [..., T, d].
 torch::Tensor grouped_output(const V4Config& c, const TensorMap& w, int64_t layer,
                              const torch::Tensor& o) {
-  const int64_t T = o.size(0), G = c.o_groups;
-  auto grouped = o.reshape({T, G, -1});
+  const int64_t G = c.o_groups;
+  std::vector<int64_t> shape = o.sizes().vec();
+  shape.pop_back();
+  shape.back() = G;
+  shape.push_back(-1);  // [..., T, G, H hd / G]
   auto wo_a = get(w, layer_name(layer, "attn.wo_a.weight")).view({G, c.o_lora_rank, -1});
-  auto low = torch::einsum("tgk,grk->tgr", {grouped, wo_a}).reshape({T, G * c.o_lora_rank});
+  auto low = torch::einsum("...gk,grk->...gr", {o.reshape(shape), wo_a}).flatten(-2);
   return torch::matmul(low, get(w, layer_name(layer, "attn.wo_b.weight")).t());
+}
+
+// The indexer's score of every entry for every token: sum_h relu(q_h . k_j) w_h. q [..., T, IH,
+// Id], keys [..., n, Id], weights [..., T, IH] -> [..., T, n].
+torch::Tensor indexer_scores(const torch::Tensor& q, const torch::Tensor& keys,
+                             const torch::Tensor& weights) {
+  auto qk = torch::einsum("...thd,...nd->...thn", {q, keys});
+  return (torch::relu(qk) * weights.unsqueeze(-1)).sum(-2);
 }
 
 // The k highest scores of each row [T, n] as a mask, chosen as ggml's CPU top_k chooses them:
@@ -111,8 +128,7 @@ torch::Tensor indexer_select(const V4Config& c, const TensorMap& w, int64_t laye
   auto weights =
       torch::matmul(y, get(w, layer_name(layer, "attn.indexer.weights_proj.weight")).t()) /
       std::sqrt(static_cast<double>(c.index_n_heads * c.index_head_dim));
-  auto score = (torch::relu(torch::matmul(q, keys.t())) * weights.unsqueeze(-1)).sum(1);
-  score = score.masked_fill(visible.logical_not(), -kInf);
+  auto score = indexer_scores(q, keys, weights).masked_fill(visible.logical_not(), -kInf);
   return top_k_as_llamacpp(score, std::min(c.index_topk, n)) & visible;
 }
 
@@ -146,6 +162,62 @@ torch::Tensor attention_forward(const V4Config& c, const TensorMap& w, int64_t l
   auto o = attend_with_sinks(q, keys, visible, get(w, layer_name(layer, "attn.attn_sink")));
   o = rope_apply(o, table, /*inverse=*/true);
   return grouped_output(c, w, layer, o);
+}
+
+namespace {
+
+// indexer_select for B whole sequences (no cache): y [B, T, d], qr [B, T, q_lora_rank], visible
+// [T, n] -> [B, T, n].
+torch::Tensor indexer_select_batch(const V4Config& c, const TensorMap& w, int64_t layer,
+                                   const torch::Tensor& y, const torch::Tensor& qr,
+                                   const torch::Tensor& visible, const RopeTable& table) {
+  torch::NoGradGuard no_grad;
+  const int64_t B = y.size(0), T = y.size(1), n = visible.size(1);
+  auto keys =
+      compress_entries_batch(y, compressor_weights(w, layer, "attn.indexer.compressor."),
+                             c.compress_ratios[layer], true, layer_rope(c, layer), c.rms_norm_eps);
+  auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.indexer.wq_b.weight")).t())
+               .view({B, T, c.index_n_heads, c.index_head_dim});
+  q = rope_apply(q, table, false, /*pos_dim=*/1);
+  auto weights =
+      torch::matmul(y, get(w, layer_name(layer, "attn.indexer.weights_proj.weight")).t()) /
+      std::sqrt(static_cast<double>(c.index_n_heads * c.index_head_dim));
+  auto score = indexer_scores(q, keys, weights).masked_fill(visible.logical_not(), -kInf);
+  auto picked = top_k_as_llamacpp(score.reshape({B * T, n}), std::min(c.index_topk, n));
+  return picked.view({B, T, n}) & visible;
+}
+
+}  // namespace
+
+torch::Tensor attention_forward_batch(const V4Config& c, const TensorMap& w, int64_t layer,
+                                      const torch::Tensor& y) {
+  const int64_t B = y.size(0), T = y.size(1), H = c.num_attention_heads, hd = c.head_dim;
+  const double eps = c.rms_norm_eps;
+  const RopeParams rope = layer_rope(c, layer);
+  const RopeTable table = rope_table(rope, positions(0, T), y.scalar_type());
+  auto qr = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wq_a.weight")).t()), eps,
+                     get(w, layer_name(layer, "attn.q_norm.weight")));
+  auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.wq_b.weight")).t()).view({B, T, H, hd});
+  q = rope_apply(rms_norm(q, eps), table, false, 1);
+  auto kv = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wkv.weight")).t()), eps,
+                     get(w, layer_name(layer, "attn.kv_norm.weight")));
+  kv = rope_apply(kv, table, false, 1);
+  // window_append's rule on positions 0..T-1.
+  auto t = torch::arange(T, torch::kInt64).unsqueeze(1), s = t.t();
+  auto visible = ((s <= t) & (t - s < c.sliding_window)).expand({B, T, T});
+  auto keys = kv;
+  const int64_t ratio = c.compress_ratios[layer];
+  if (ratio > 0) {
+    auto entries = compress_entries_batch(y, compressor_weights(w, layer, "attn.compressor."),
+                                          ratio, c.overlap(layer), rope, eps);
+    auto entry_vis = entry_visible(0, T, entries.size(1), ratio);
+    auto picked = c.has_indexer(layer) ? indexer_select_batch(c, w, layer, y, qr, entry_vis, table)
+                                       : entry_vis.expand({B, T, entries.size(1)});
+    keys = torch::cat({keys, entries}, 1);
+    visible = torch::cat({visible, picked}, 2);
+  }
+  auto o = attend_with_sinks(q, keys, visible, get(w, layer_name(layer, "attn.attn_sink")));
+  return grouped_output(c, w, layer, rope_apply(o, table, /*inverse=*/true, 1));
 }
 
 }  // namespace phasekv::v4

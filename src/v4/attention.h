@@ -29,6 +29,12 @@ struct AttentionCache {
 torch::Tensor attention_forward(const V4Config& cfg, const TensorMap& w, int64_t layer,
                                 const torch::Tensor& y, int64_t p0, AttentionCache& cache);
 
+// The full forward of B sequences at once (positions 0..T-1 each, no cache): y [B, T, d] ->
+// [B, T, d], equal to attention_forward on each row up to the rounding of batched matmuls. The
+// training path: one set of batched ops instead of one per sequence.
+torch::Tensor attention_forward_batch(const V4Config& cfg, const TensorMap& w, int64_t layer,
+                                      const torch::Tensor& y);
+
 // The indexer of a ratio-4 layer: which of the n entries each token attends to, [n_tokens, n]
 // bool (`visible` says which it may; `keys` is the indexer's own compressor cache). score(t, j) =
 // sum_h relu(q_h(t) . k_j) w_h(t), w = W_proj y / sqrt(IH Id); the top min(index_topk, n) scores

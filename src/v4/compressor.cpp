@@ -71,9 +71,35 @@ void compress_append(CompressorCache& c, const torch::Tensor& y, int64_t p0,
 
 torch::Tensor compress_entries(const torch::Tensor& y, const CompressorWeights& w, int64_t ratio,
                                bool overlap, const RopeParams& rope, double norm_eps) {
-  CompressorCache c;
-  compress_append(c, y, 0, w, ratio, overlap, rope, norm_eps);
-  return c.entries;
+  return compress_entries_batch(y.unsqueeze(0), w, ratio, overlap, rope, norm_eps).squeeze(0);
+}
+
+torch::Tensor compress_entries_batch(const torch::Tensor& y, const CompressorWeights& w,
+                                     int64_t ratio, bool overlap, const RopeParams& rope,
+                                     double norm_eps) {
+  const int64_t B = y.size(0), nb = y.size(1) / ratio, width = w.norm.size(0);
+  const int64_t lanes = w.wkv.size(0);
+  if (nb == 0) return torch::zeros({B, 0, width}, y.options());
+  auto head = y.narrow(1, 0, nb * ratio);
+  auto slot = torch::arange(ratio, torch::kInt64).repeat({nb});
+  auto kv = torch::matmul(head, w.wkv.t()).view({B, nb, ratio, lanes});
+  auto gate =
+      (torch::matmul(head, w.wgate.t()) + w.ape.index_select(0, slot)).view({B, nb, ratio, lanes});
+  if (overlap) {  // block_slots: lane 0 of the previous block (empty for block 0), lane 1 its own
+    auto previous = [&](const torch::Tensor& t, double empty) {
+      return torch::cat(
+                 {torch::full({B, 1, ratio, lanes}, empty, t.options()), t.narrow(1, 0, nb - 1)}, 1)
+          .narrow(3, 0, width);
+    };
+    kv = torch::cat({previous(kv, 0.0), kv.narrow(3, width, width)}, 2);
+    gate = torch::cat(
+        {previous(gate, -std::numeric_limits<double>::infinity()), gate.narrow(3, width, width)},
+        2);
+  }
+  auto pooled = rms_norm((torch::softmax(gate, 2) * kv).sum(2), norm_eps, w.norm);
+  std::vector<int64_t> starts(nb);
+  for (int64_t b = 0; b < nb; ++b) starts[b] = b * ratio;
+  return rope_apply(pooled, rope_table(rope, starts, y.scalar_type()), false, /*pos_dim=*/1);
 }
 
 torch::Tensor entry_visible(int64_t p0, int64_t n_tokens, int64_t n, int64_t ratio) {

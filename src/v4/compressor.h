@@ -43,6 +43,11 @@ void compress_append(CompressorCache& cache, const torch::Tensor& y, int64_t p0,
 // The entries of the complete blocks of y [T, d] (positions 0..T-1): [T / ratio, width].
 torch::Tensor compress_entries(const torch::Tensor& y, const CompressorWeights& w, int64_t ratio,
                                bool overlap, const RopeParams& rope, double norm_eps);
+// The same for B sequences at once, y [B, T, d] -> [B, T / ratio, width]: every block pooled in
+// one pass, without a cache (the training forward; compress_entries is this with B = 1).
+torch::Tensor compress_entries_batch(const torch::Tensor& y, const CompressorWeights& w,
+                                     int64_t ratio, bool overlap, const RopeParams& rope,
+                                     double norm_eps);
 
 // [n_tokens, n] bool: entry j visible to the token at position p0 + i iff j < (p0 + i + 1) / ratio.
 torch::Tensor entry_visible(int64_t p0, int64_t n_tokens, int64_t n, int64_t ratio);

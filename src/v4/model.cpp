@@ -95,13 +95,8 @@ torch::Tensor V4Model::forward_batch(const torch::Tensor& tokens,
         hc_mix(x, get(w, layer_name(i, "hc_attn_fn")), get(w, layer_name(i, "hc_attn_scale")),
                get(w, layer_name(i, "hc_attn_base")), cfg.hc_sinkhorn_iters, cfg.hc_eps, eps);
     auto y = rms_norm(hc_reduce(x, mix.pre), eps, get(w, layer_name(i, "attn_norm.weight")));
-    const auto rows = y.view({B, T, d});
-    std::vector<torch::Tensor> attended;
-    for (int64_t b = 0; b < B; ++b) {
-      AttentionCache fresh;  // each row is its own sequence from position 0
-      attended.push_back(attention_forward(cfg, w, i, rows[b], 0, fresh));
-    }
-    x = hc_expand(torch::cat(attended), x, mix);
+    x = hc_expand(attention_forward_batch(cfg, w, i, y.view({B, T, d})).reshape({B * T, d}), x,
+                  mix);
     mix = hc_mix(x, get(w, layer_name(i, "hc_ffn_fn")), get(w, layer_name(i, "hc_ffn_scale")),
                  get(w, layer_name(i, "hc_ffn_base")), cfg.hc_sinkhorn_iters, cfg.hc_eps, eps);
     y = rms_norm(hc_reduce(x, mix.pre), eps, get(w, layer_name(i, "ffn_norm.weight")));

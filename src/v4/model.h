@@ -38,8 +38,9 @@ class V4Model {
   torch::Tensor forward(const torch::Tensor& tokens, V4Cache& cache) const;
   // tokens [B, T] -> logits [B, T, vocab]: the full forward of B sequences at once. The token-wise
   // parts (embedding, hyper-connections, norms, MoE, head) run on all B x T tokens together, the
-  // attention sequence by sequence; equal to B calls of forward(tokens[b]) up to the rounding of
-  // larger matmuls. loads (optional): per layer [E] int64, the expert assignments of all rows.
+  // attention as batched ops over the B sequences (attention_forward_batch); equal to B calls of
+  // forward(tokens[b]) up to the rounding of larger matmuls. loads (optional): per layer [E]
+  // int64, the expert assignments of all rows.
   torch::Tensor forward_batch(const torch::Tensor& tokens,
                               std::vector<torch::Tensor>* loads = nullptr) const;
   // The floating tensors (the hash tables are not parameters).

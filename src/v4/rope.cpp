@@ -72,12 +72,13 @@ RopeTable rope_table(const RopeParams& p, const std::vector<int64_t>& pos,
   return {cos.to(dtype), sin.to(dtype)};
 }
 
-torch::Tensor rope_apply(const torch::Tensor& x, const RopeTable& t, bool inverse) {
+torch::Tensor rope_apply(const torch::Tensor& x, const RopeTable& t, bool inverse,
+                         int64_t pos_dim) {
   const int64_t rd = t.cos.size(1) * 2;
   if (rd == 0) return x;
   const int64_t hd = x.size(-1);
   std::vector<int64_t> shape(x.dim(), 1);
-  shape[0] = t.cos.size(0);
+  shape[pos_dim] = t.cos.size(0);
   shape[x.dim() - 1] = rd / 2;
   auto cos = t.cos.view(shape);
   auto sin = inverse ? -t.sin.view(shape) : t.sin.view(shape);

@@ -31,8 +31,10 @@ struct RopeTable {
 };
 RopeTable rope_table(const RopeParams& p, const std::vector<int64_t>& pos, torch::ScalarType dtype);
 
-// Rotates x [P, ..., head_dim] (positions along dim 0) on its last p.dims dims; `inverse` rotates
-// back (ggml_rope_ext_back), which DeepSeek-V4 applies to the attention output.
-torch::Tensor rope_apply(const torch::Tensor& x, const RopeTable& t, bool inverse = false);
+// Rotates x [P, ..., head_dim] (positions along dim 0, or along `pos_dim`: [B, P, ...] for a
+// batch of sequences) on its last p.dims dims; `inverse` rotates back (ggml_rope_ext_back), which
+// DeepSeek-V4 applies to the attention output.
+torch::Tensor rope_apply(const torch::Tensor& x, const RopeTable& t, bool inverse = false,
+                         int64_t pos_dim = 0);
 
 }  // namespace phasekv::v4
