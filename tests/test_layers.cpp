@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 // v4 (the DeepSeek-V4 family) sits beside model (the Qwen3-style family): both build on io.
 const std::vector<std::string> kLayers = {"util",    "config",  "task",  "io",    "kernels",
                                           "model",   "v4",      "runtime", "backend", "train", "eval",
-                                          "report",  "probe",   "theory", "explain", "suite",
-                                          "server",  "perf",    "cli",    "tools"};
+                                          "report",  "probe",   "audit",  "theory", "explain",
+                                          "suite",   "server",  "perf",   "cli",    "tools"};
 
 TEST(Layers, NoIncludePointsUp) {
   std::map<std::string, int> rank;
