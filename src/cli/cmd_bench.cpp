@@ -55,6 +55,8 @@ void add_train(CLI::App* cmd, const std::shared_ptr<BenchFlags>& f) {
   PHASEKV_BENCH_OPTION(cmd, f, "--small-seq", small_seq, "sequence length for the small model");
   PHASEKV_BENCH_OPTION(cmd, f, "--study-config", study_config,
                        "TOML of the study row (the suite's reference run)");
+  PHASEKV_BENCH_OPTION(cmd, f, "--v4-config", v4_config,
+                       "TOML of the DeepSeek-V4 row (timed at the study row's batch; \"\" = none)");
   PHASEKV_BENCH_OPTION(cmd, f, "--large-d-model", large_d_model, "larger size: d_model");
   PHASEKV_BENCH_OPTION(cmd, f, "--large-layers", large_layers, "larger size: layers");
   PHASEKV_BENCH_OPTION(cmd, f, "--large-batch", large_batch, "larger size: batch");

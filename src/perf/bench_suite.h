@@ -26,6 +26,8 @@ struct BenchOptions {
   int large_d_model = 512, large_layers = 4;
   int64_t large_batch = 4, large_seq = 512;
   std::string study_config = "configs/repro/study-base.toml";  // the "study" row's run
+  // The DeepSeek-V4 row: this run's V4 model at the study row's batch width ("" = no row).
+  std::string v4_config = "configs/train/v4-induction.toml";
   int train_warmup = 2, train_reps = 5;
   std::string profile_dir;  // non-empty: one profiled step per row, traces written there
   bool torch = true;        // also time the PyTorch reference (needs its python and script)

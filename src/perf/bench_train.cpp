@@ -91,6 +91,34 @@ void print_components(const ComponentProfile& p) {
       "optimizer: clip + AdamW; other: embedding, head, loss, autograd engine\n\n");
 }
 
+// DeepSeek-V4 (src/v4) at the study row's batch and width, f32, against the dense study row's
+// f32 tokens/s measured just before in this run.
+nlohmann::json v4_row(const BenchOptions& o, const nlohmann::json& rows) {
+  const auto cfg = train_config_from_file(o.v4_config);
+  const TrainStepSpec study = study_spec(o);
+  const auto r =
+      time_v4_train_step(cfg, study.batch, study.seq, o.train_warmup, o.train_reps, o.seed);
+  double dense = 0;
+  for (const auto& row : rows)
+    if (row.at("size") == "study" && row.at("precision") == "f32")
+      dense = row.at("tokens_per_s").get<double>();
+  fmt::print("{:<6} {:<5} {:>9} {:>9.1f} {:>9.0f}   (DeepSeek-V4, {}: {:.2f}x the dense study "
+             "row's f32 tokens/s)\n",
+             "v4", "f32", fmt::format("{}x{}", study.batch, study.seq), r.step_s * 1e3,
+             r.tokens_per_s, o.v4_config, dense > 0 ? r.tokens_per_s / dense : 0.0);
+  return {{"size", "v4-study"},
+          {"precision", "f32"},
+          {"config", o.v4_config},
+          {"batch", study.batch},
+          {"seq", study.seq},
+          {"step_s", r.step_s},
+          {"median_step_s", r.median_step_s},
+          {"tokens_per_s", r.tokens_per_s},
+          {"ratio_vs_dense_study_f32", dense > 0 ? nlohmann::json(r.tokens_per_s / dense)
+                                                 : nlohmann::json(nullptr)},
+          {"loss", r.loss}};
+}
+
 }  // namespace
 
 nlohmann::json bench_train(const BenchOptions& o, const GemmPeak& peak) {
@@ -160,6 +188,7 @@ nlohmann::json bench_train(const BenchOptions& o, const GemmPeak& peak) {
       rows.push_back(row);
     }
   }
+  if (!o.v4_config.empty()) rows.push_back(v4_row(o, rows));
   fmt::print(
       "step = fastest of {} timed steps on both sides; MFU = model FLOPs (perf/flops.h) per "
       "second / measured GEMM peak of the precision that ran; MFU/bf16 against the bf16 peak\n\n",

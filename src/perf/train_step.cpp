@@ -12,6 +12,8 @@
 #include "perf/op_profile.h"
 #include "perf/timing.h"
 #include "train/fused_adamw.h"
+#include "train/trainable.h"
+#include "util/error.h"
 #include "util/fs.h"
 
 namespace phasekv {
@@ -77,6 +79,34 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
     warm_up_op_profiler(step);
     r.components = profile_components(step);
   }
+  return r;
+}
+
+TrainStepResult time_v4_train_step(const TrainConfig& cfg, int64_t batch, int64_t seq, int warmup,
+                                   int reps, uint64_t seed) {
+  if (!cfg.v4) throw Error("bench: the V4 row's training config has no DeepSeek-V4 [model]");
+  auto model = make_v4_trainable(cfg);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 17);
+  auto tokens = at::randint(cfg.v4->vocab_size, {batch, seq + 1}, gen, torch::kInt64);
+  std::vector<torch::Tensor> params;
+  for (auto& [name, t] : model->named_parameters()) params.push_back(t);
+  FusedAdamW opt(params, torch::optim::AdamWOptions(1e-3).betas({0.9, 0.95}).weight_decay(0.1));
+  TrainStepResult r;
+  auto step = [&] {
+    opt.zero_grad();
+    auto logits = model->logits(tokens.narrow(1, 0, seq));
+    auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}),
+                                                     tokens.narrow(1, 1, seq).reshape({-1}));
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(params, 1.0);
+    opt.step();
+    model->after_step();
+    r.loss = loss.item<double>();
+  };
+  auto t = time_runs(step, warmup, reps);
+  r.step_s = t.min_s;
+  r.median_step_s = t.median_s;
+  r.tokens_per_s = double(batch * seq) / t.min_s;
   return r;
 }
 

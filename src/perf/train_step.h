@@ -12,6 +12,7 @@
 #include "config/model_config.h"
 #include "model/precision.h"
 #include "perf/op_profile.h"
+#include "train/train_config.h"
 
 namespace phasekv {
 
@@ -40,6 +41,12 @@ struct TrainStepResult {
 TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, int warmup,
                                 int reps, uint64_t seed, const std::string& profile = "",
                                 bool components = false);
+
+// The same step (random tokens [batch, seq + 1], loss at every position, clip 1.0, the same
+// AdamW) on the DeepSeek-V4 model of a training config ([model] naming a V4 config), in f32:
+// V4 trains in f32 only. No FLOP count: perf/flops.h counts phasekv's Decoder.
+TrainStepResult time_v4_train_step(const TrainConfig& cfg, int64_t batch, int64_t seq, int warmup,
+                                   int reps, uint64_t seed);
 
 // One forward + backward in f32 on the seeded model and batch, written for the reference to
 // check: DIR/config.json + model.safetensors (the model directory), DIR/batch.safetensors

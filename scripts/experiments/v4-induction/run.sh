@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Which parts of the DeepSeek-V4 block keep it from learning the induction warm-up at width 64
 # (docs/DEEPSEEK-V4.md, "The V4 block learns induction slowly"). Each row trains 300 steps of the
-# warm-up of configs/train/v4-lookup.toml (seed 0, one thread) on a V4 reduced towards the dense
+# warm-up of configs/train/v4-induction.toml (seed 0, one thread) on a V4 reduced towards the dense
 # model of the suite (2 window layers of 32 tokens, nothing compressed, full RoPE on 16-dim heads,
 # q and output ranks 64, one routed expert and a shared one), re-initialised by init.py, with the
 # ablations of ablation.patch switched by PHASEKV_V4X:
@@ -26,7 +26,8 @@ cd "$ROOT"
 
 short() {  # the training toml, 300 warm-up steps, evaluation and checkpoints out of the way
   sed -e 's/^steps = .*/steps = 300/' -e 's/^induction_steps = .*/induction_steps = 300/' \
-      -e 's/^eval_every = .*/eval_every = 1000/' -e 's/^checkpoint_every = .*/checkpoint_every = 1000/' "$1"
+      -e 's/^eval_every = .*/eval_every = 1000/' -e 's/^checkpoint_every = .*/checkpoint_every = 1000/' \
+      -e 's/^log_every = .*/log_every = 100/' "$1"
 }
 report() { echo "$1: $(tr '\r' '\n' < "$2" | grep -E 'step +300/300' | tail -1)"; }
 
@@ -51,7 +52,7 @@ while IFS='|' read -r name flags mode; do
   PHASEKV_V4X=$flags "$PK" init --config "$OUT/near.json" --out "$dir-init" --seed 0 --force > /dev/null
   init=$dir-init
   if [ -n "$mode" ]; then $PY "$HERE/init.py" "$dir-init" "$dir-init-$mode" "$mode" 2; init=$dir-init-$mode; fi
-  short configs/train/v4-lookup.toml | sed -e "s#^config = .*#config = \"$OUT/near.json\"#" \
+  short configs/train/v4-induction.toml | sed -e "s#^config = .*#config = \"$OUT/near.json\"#" \
       -e "s#^\[train\]#[train]\ninit_from = \"$init\"#" > "$dir.toml"
   PHASEKV_V4X=$flags "$PK" train --config "$dir.toml" --out "$dir-run" --force > "$dir.log" 2>&1
   report "$name" "$dir.log"
