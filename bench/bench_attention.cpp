@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "model/attend_fast.h"
+#include "model/attend_reference.h"
 #include "model/attention.h"
 #include "model/decoder.h"
 #include "model/fused.h"

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "model/attend_fast.h"
+#include "model/attend_reference.h"
 #include "model/precision.h"
 #include "test_util.h"
 

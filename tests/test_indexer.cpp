@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "model/attend_indexed.h"
+#include "model/attend_reference.h"
 #include "model/attention.h"
 #include "model/indexer.h"
 #include "model/visibility.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <vector>
 
-#include "model/attention.h"
+#include "model/attend_reference.h"
 #include "model/fused.h"
 #include "model/visibility.h"
 

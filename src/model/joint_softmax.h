@@ -1,6 +1,6 @@
-// The joint softmax the masked attention cores end with (attend_reference in model/attention.h,
-// attend_gathered in model/attend_indexed.h): one softmax over every key a query may use, plus
-// the sink as an extra key of logit sink[h] and value 0.
+// The joint softmax the masked attention cores end with (attend_reference in
+// model/attend_reference.h, attend_gathered in model/attend_indexed.h): one softmax over every key
+// a query may use, plus the sink as an extra key of logit sink[h] and value 0.
 #pragma once
 #include <torch/torch.h>
 
