@@ -76,12 +76,45 @@ torch::Tensor grouped_output(const V4Config& c, const TensorMap& w, int64_t laye
   return torch::matmul(low, get(w, layer_name(layer, "attn.wo_b.weight")).t());
 }
 
-// The indexer's score of every entry for every token: sum_h relu(q_h . k_j) w_h. q [..., T, IH,
-// Id], keys [..., n, Id], weights [..., T, IH] -> [..., T, n].
-torch::Tensor indexer_scores(const torch::Tensor& q, const torch::Tensor& keys,
-                             const torch::Tensor& weights) {
+// The query latent qr = RMSNorm(W_qa y), the heads' queries q [..., T, H, hd] and the one kv
+// vector [..., T, hd] of y [..., T, d], both rotated at the table's positions (along pos_dim):
+// shared by the streaming and the batched forward.
+struct Projections {
+  torch::Tensor qr, q, kv;
+};
+Projections project(const V4Config& c, const TensorMap& w, int64_t layer, const torch::Tensor& y,
+                    const RopeTable& table, int64_t pos_dim) {
+  const double eps = c.rms_norm_eps;
+  Projections p;
+  p.qr = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wq_a.weight")).t()), eps,
+                  get(w, layer_name(layer, "attn.q_norm.weight")));
+  auto q = torch::matmul(p.qr, get(w, layer_name(layer, "attn.wq_b.weight")).t())
+               .unflatten(-1, {c.num_attention_heads, c.head_dim});
+  p.q = rope_apply(rms_norm(q, eps), table, false, pos_dim);
+  auto kv = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wkv.weight")).t()), eps,
+                     get(w, layer_name(layer, "attn.kv_norm.weight")));
+  p.kv = rope_apply(kv, table, false, pos_dim);
+  return p;
+}
+
+// The indexer's score of every entry for every token, -inf where `visible` [T, n] says no:
+// sum_h relu(q_h . k_j) w_h with q_h from the query latent qr [..., T, q_lora_rank] rotated at
+// the table's positions (along pos_dim), w = W_proj y / sqrt(IH Id); keys [..., n, Id] ->
+// [..., T, n].
+torch::Tensor indexer_score(const V4Config& c, const TensorMap& w, int64_t layer,
+                            const torch::Tensor& y, const torch::Tensor& qr,
+                            const torch::Tensor& keys, const torch::Tensor& visible,
+                            const RopeTable& table, int64_t pos_dim) {
+  auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.indexer.wq_b.weight")).t())
+               .unflatten(-1, {c.index_n_heads, c.index_head_dim});
+  q = rope_apply(q, table, false, pos_dim);
+  auto weights =
+      torch::matmul(y, get(w, layer_name(layer, "attn.indexer.weights_proj.weight")).t()) /
+      std::sqrt(static_cast<double>(c.index_n_heads * c.index_head_dim));
   auto qk = torch::einsum("...thd,...nd->...thn", {q, keys});
-  return (torch::relu(qk) * weights.unsqueeze(-1)).sum(-2);
+  return (torch::relu(qk) * weights.unsqueeze(-1))
+      .sum(-2)
+      .masked_fill(visible.logical_not(), -kInf);
 }
 
 // The k highest scores of each row [T, n] as a mask, chosen as ggml's CPU top_k chooses them:
@@ -121,31 +154,19 @@ torch::Tensor indexer_select(const V4Config& c, const TensorMap& w, int64_t laye
   compress_append(cache, y, p0, compressor_weights(w, layer, "attn.indexer.compressor."),
                   c.compress_ratios[layer], true, rope, c.rms_norm_eps);
   if (n == 0) return visible;
-  const torch::Tensor& keys = cache.entries;
-  auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.indexer.wq_b.weight")).t())
-               .view({T, c.index_n_heads, c.index_head_dim});
-  q = rope_apply(q, rope_table(rope, positions(p0, T), y.scalar_type()));
-  auto weights =
-      torch::matmul(y, get(w, layer_name(layer, "attn.indexer.weights_proj.weight")).t()) /
-      std::sqrt(static_cast<double>(c.index_n_heads * c.index_head_dim));
-  auto score = indexer_scores(q, keys, weights).masked_fill(visible.logical_not(), -kInf);
+  auto score = indexer_score(c, w, layer, y, qr, cache.entries, visible,
+                             rope_table(rope, positions(p0, T), y.scalar_type()), 0);
   return top_k_as_llamacpp(score, std::min(c.index_topk, n)) & visible;
 }
 
 torch::Tensor attention_forward(const V4Config& c, const TensorMap& w, int64_t layer,
                                 const torch::Tensor& y, int64_t p0, AttentionCache& cache) {
-  const int64_t T = y.size(0), H = c.num_attention_heads, hd = c.head_dim;
+  const int64_t T = y.size(0);
   const double eps = c.rms_norm_eps;
   const RopeParams rope = layer_rope(c, layer);
   const RopeTable table = rope_table(rope, positions(p0, T), y.scalar_type());
-  auto qr = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wq_a.weight")).t()), eps,
-                     get(w, layer_name(layer, "attn.q_norm.weight")));
-  auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.wq_b.weight")).t()).view({T, H, hd});
-  q = rope_apply(rms_norm(q, eps), table);
-  auto kv = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wkv.weight")).t()), eps,
-                     get(w, layer_name(layer, "attn.kv_norm.weight")));
-  kv = rope_apply(kv, table);
-  auto visible = window_append(cache, kv, p0, c.sliding_window);
+  const Projections p = project(c, w, layer, y, table, 0);
+  auto visible = window_append(cache, p.kv, p0, c.sliding_window);
   auto keys = cache.raw_kv;
   window_trim(cache, p0 + T, c.sliding_window);
   const int64_t ratio = c.compress_ratios[layer];
@@ -155,11 +176,11 @@ torch::Tensor attention_forward(const V4Config& c, const TensorMap& w, int64_t l
                     c.overlap(layer), rope, eps);
     auto entry_vis = entry_visible(p0, T, comp.n_entries(), ratio);
     if (c.has_indexer(layer))
-      entry_vis = indexer_select(c, w, layer, y, qr, p0, entry_vis, cache.index_keys);
+      entry_vis = indexer_select(c, w, layer, y, p.qr, p0, entry_vis, cache.index_keys);
     keys = torch::cat({keys, comp.entries});
     visible = torch::cat({visible, entry_vis}, 1);
   }
-  auto o = attend_with_sinks(q, keys, visible, get(w, layer_name(layer, "attn.attn_sink")));
+  auto o = attend_with_sinks(p.q, keys, visible, get(w, layer_name(layer, "attn.attn_sink")));
   o = rope_apply(o, table, /*inverse=*/true);
   return grouped_output(c, w, layer, o);
 }
@@ -176,13 +197,7 @@ torch::Tensor indexer_select_batch(const V4Config& c, const TensorMap& w, int64_
   auto keys =
       compress_entries_batch(y, compressor_weights(w, layer, "attn.indexer.compressor."),
                              c.compress_ratios[layer], true, layer_rope(c, layer), c.rms_norm_eps);
-  auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.indexer.wq_b.weight")).t())
-               .view({B, T, c.index_n_heads, c.index_head_dim});
-  q = rope_apply(q, table, false, /*pos_dim=*/1);
-  auto weights =
-      torch::matmul(y, get(w, layer_name(layer, "attn.indexer.weights_proj.weight")).t()) /
-      std::sqrt(static_cast<double>(c.index_n_heads * c.index_head_dim));
-  auto score = indexer_scores(q, keys, weights).masked_fill(visible.logical_not(), -kInf);
+  auto score = indexer_score(c, w, layer, y, qr, keys, visible, table, /*pos_dim=*/1);
   auto picked = top_k_as_llamacpp(score.reshape({B * T, n}), std::min(c.index_topk, n));
   return picked.view({B, T, n}) & visible;
 }
@@ -191,32 +206,27 @@ torch::Tensor indexer_select_batch(const V4Config& c, const TensorMap& w, int64_
 
 torch::Tensor attention_forward_batch(const V4Config& c, const TensorMap& w, int64_t layer,
                                       const torch::Tensor& y) {
-  const int64_t B = y.size(0), T = y.size(1), H = c.num_attention_heads, hd = c.head_dim;
+  const int64_t B = y.size(0), T = y.size(1);
   const double eps = c.rms_norm_eps;
   const RopeParams rope = layer_rope(c, layer);
   const RopeTable table = rope_table(rope, positions(0, T), y.scalar_type());
-  auto qr = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wq_a.weight")).t()), eps,
-                     get(w, layer_name(layer, "attn.q_norm.weight")));
-  auto q = torch::matmul(qr, get(w, layer_name(layer, "attn.wq_b.weight")).t()).view({B, T, H, hd});
-  q = rope_apply(rms_norm(q, eps), table, false, 1);
-  auto kv = rms_norm(torch::matmul(y, get(w, layer_name(layer, "attn.wkv.weight")).t()), eps,
-                     get(w, layer_name(layer, "attn.kv_norm.weight")));
-  kv = rope_apply(kv, table, false, 1);
+  const Projections p = project(c, w, layer, y, table, /*pos_dim=*/1);
   // window_append's rule on positions 0..T-1.
   auto t = torch::arange(T, torch::kInt64).unsqueeze(1), s = t.t();
   auto visible = ((s <= t) & (t - s < c.sliding_window)).expand({B, T, T});
-  auto keys = kv;
+  auto keys = p.kv;
   const int64_t ratio = c.compress_ratios[layer];
   if (ratio > 0) {
     auto entries = compress_entries_batch(y, compressor_weights(w, layer, "attn.compressor."),
                                           ratio, c.overlap(layer), rope, eps);
     auto entry_vis = entry_visible(0, T, entries.size(1), ratio);
-    auto picked = c.has_indexer(layer) ? indexer_select_batch(c, w, layer, y, qr, entry_vis, table)
-                                       : entry_vis.expand({B, T, entries.size(1)});
+    auto picked = c.has_indexer(layer)
+                      ? indexer_select_batch(c, w, layer, y, p.qr, entry_vis, table)
+                      : entry_vis.expand({B, T, entries.size(1)});
     keys = torch::cat({keys, entries}, 1);
     visible = torch::cat({visible, picked}, 2);
   }
-  auto o = attend_with_sinks(q, keys, visible, get(w, layer_name(layer, "attn.attn_sink")));
+  auto o = attend_with_sinks(p.q, keys, visible, get(w, layer_name(layer, "attn.attn_sink")));
   return grouped_output(c, w, layer, rope_apply(o, table, /*inverse=*/true, 1));
 }
 
