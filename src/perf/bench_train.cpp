@@ -96,8 +96,12 @@ void print_components(const ComponentProfile& p) {
 nlohmann::json v4_row(const BenchOptions& o, const nlohmann::json& rows) {
   const auto cfg = train_config_from_file(o.v4_config);
   const TrainStepSpec study = study_spec(o);
-  const auto r =
-      time_v4_train_step(cfg, study.batch, study.seq, o.train_warmup, o.train_reps, o.seed);
+  const std::string trace =
+      o.profile_dir.empty()
+          ? ""
+          : (std::filesystem::path(o.profile_dir) / "v4-f32.trace.json").string();
+  const auto r = time_v4_train_step(cfg, study.batch, study.seq, o.train_warmup, o.train_reps,
+                                    o.seed, trace);
   double dense = 0;
   for (const auto& row : rows)
     if (row.at("size") == "study" && row.at("precision") == "f32")

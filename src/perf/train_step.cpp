@@ -34,6 +34,17 @@ Decoder seeded_model(const TrainStepSpec& spec, uint64_t seed) {
   return model;
 }
 
+// One step under libtorch's profiler (the chrome trace at `path`), then one under the op
+// profiler (path + ".ops.tsv").
+void write_profile(const std::function<void()>& step, const std::string& path) {
+  warm_up_op_profiler(step);  // else the first row's trace and table are inflated
+  {
+    torch::autograd::profiler::RecordProfile trace(path);
+    step();
+  }
+  write_op_profile(step, path + ".ops.tsv");
+}
+
 }  // namespace
 
 torch::Tensor train_step_tokens(const TrainStepSpec& spec, uint64_t seed) {
@@ -67,14 +78,7 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
   r.tokens_per_s = double(spec.batch * spec.seq) / t.min_s;
   r.flops_per_step = train_step_flops(spec.model, spec.batch, spec.seq);
   r.flops_per_s = r.flops_per_step / t.min_s;
-  if (!profile.empty()) {
-    warm_up_op_profiler(step);  // else the first row's trace and table are inflated
-    {
-      torch::autograd::profiler::RecordProfile trace(profile);
-      step();
-    }
-    write_op_profile(step, profile + ".ops.tsv");
-  }
+  if (!profile.empty()) write_profile(step, profile);
   if (components) {
     warm_up_op_profiler(step);
     r.components = profile_components(step);
@@ -83,7 +87,7 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
 }
 
 TrainStepResult time_v4_train_step(const TrainConfig& cfg, int64_t batch, int64_t seq, int warmup,
-                                   int reps, uint64_t seed) {
+                                   int reps, uint64_t seed, const std::string& profile) {
   if (!cfg.v4) throw Error("bench: the V4 row's training config has no DeepSeek-V4 [model]");
   auto model = make_v4_trainable(cfg);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed + 17);
@@ -107,6 +111,7 @@ TrainStepResult time_v4_train_step(const TrainConfig& cfg, int64_t batch, int64_
   r.step_s = t.min_s;
   r.median_step_s = t.median_s;
   r.tokens_per_s = double(batch * seq) / t.min_s;
+  if (!profile.empty()) write_profile(step, profile);
   return r;
 }
 

@@ -44,9 +44,10 @@ TrainStepResult time_train_step(const TrainStepSpec& spec, Precision precision, 
 
 // The same step (random tokens [batch, seq + 1], loss at every position, clip 1.0, the same
 // AdamW) on the DeepSeek-V4 model of a training config ([model] naming a V4 config), in f32:
-// V4 trains in f32 only. No FLOP count: perf/flops.h counts phasekv's Decoder.
+// V4 trains in f32 only. No FLOP count: perf/flops.h counts phasekv's Decoder. A profile path
+// writes the trace and the op table as time_train_step does.
 TrainStepResult time_v4_train_step(const TrainConfig& cfg, int64_t batch, int64_t seq, int warmup,
-                                   int reps, uint64_t seed);
+                                   int reps, uint64_t seed, const std::string& profile = "");
 
 // One forward + backward in f32 on the seeded model and batch, written for the reference to
 // check: DIR/config.json + model.safetensors (the model directory), DIR/batch.safetensors
