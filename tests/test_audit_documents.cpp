@@ -220,7 +220,7 @@ TEST(AuditDocuments, SeveralNeedlesPerDocumentAreScoredSeparatelyAtEveryPhase) {
   const auto bad = test::run_audit_cli(server.endpoint(), "any", dir / "bad", "",
                                        flags + " --needles 7");
   EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.log.find("--needles is 7 (allowed: 1..--records = 6)"), std::string::npos)
+  EXPECT_NE(bad.log.find("--needles is 7 (allowed: 1..--n-records = 6)"), std::string::npos)
       << bad.log;
 }
 

@@ -65,7 +65,8 @@ void validate_audit_options(const AuditOptions& a) {
   parse_token_list(a.context_tokens, kContextFlag);
   parse_depths(a.depths, "--depths");
   if (a.needles < 1 || a.needles > a.records)
-    throw Error(fmt::format("--needles is {} (allowed: 1..--records = {})", a.needles, a.records));
+    throw Error(
+        fmt::format("--needles is {} (allowed: 1..--n-records = {})", a.needles, a.records));
   validate_sla(a.sla);
 }
 

@@ -14,7 +14,7 @@ namespace phasekv {
 
 // The flag of the text's lengths, as its messages name it: it has two names, and the user typed
 // one of them.
-inline constexpr const char* kContextFlag = "--context-len/--context-tokens";
+inline constexpr const char* kContextFlag = "--context-len";
 
 struct AuditOptions {
   std::string endpoint, model;  // the server's URL; the served model's name (GET /v1/models)

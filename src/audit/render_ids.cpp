@@ -22,7 +22,7 @@ namespace {
 TaskConfig ids_task(const AuditOptions& a, TaskConfig task) {
   if (!a.filler.empty() || !a.depths.empty() || a.context_tokens != "512" || a.needles != 1)
     throw Error(
-        "--filler, --depths, --context-tokens and --needles shape text documents (--render "
+        "--filler, --depths, --context-len and --needles shape text documents (--render "
         "text); a phasekv model's ids audit takes its lengths and its one target from the "
         "served task");
   if (a.task != to_string(task.kind)) {

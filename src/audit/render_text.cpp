@@ -310,7 +310,7 @@ std::optional<PhaseSummary> audit_text(const AuditOptions& a, HttpBackend& http,
   const TextAuditOptions mo = text_mode_options(a);
   TextAuditMode mode(g.mode_cells, identity, mo);
   AuditPlan plan = text_plan(a, http, mode, g, mo);
-  check_budget(http, plan, "--context-tokens, --n-records or --modulus");
+  check_budget(http, plan, "--context-len, --n-records or --modulus");
   print_audit_plan(a, plan, http, audit);
   if (a.dry_run) return std::nullopt;
   RunOptions ro;

@@ -61,6 +61,13 @@ std::string ints(const json& arr) {
 
 // ---- knockout ----
 
+// What the phases were folded mod: `stride` (null: unknown, not folded, the modulus `modulus`),
+// or "fold" in files written before the key followed the glossary.
+int folded_mod(const json& j, int modulus) {
+  if (j.contains("stride")) return j["stride"].is_null() ? modulus : j["stride"].get<int>();
+  return j.at("fold").get<int>();
+}
+
 std::string knockout_findings(const LoadedAnalysis& a) {
   const json& s = a.summary;
   std::map<std::string, std::vector<std::string>> by_verdict;
@@ -77,7 +84,8 @@ std::string knockout_findings(const LoadedAnalysis& a) {
         f2(u["mean_drop_pp"], 1), ci(u["mean_drop_ci_pp"]), f2(sp["index"]), ci(sp["index_ci"], 2),
         f2(sp["p_value"], 3),
         sp["verdict"] == "phase-specific"
-            ? fmt::format(", loss at phases {} mod {}", ints(sp["worst_phases"]), sp["fold"].get<int>())
+            ? fmt::format(", loss at phases {} mod {}", ints(sp["worst_phases"]),
+                          folded_mod(sp, s["modulus"].get<int>()))
             : ""));
   }
   std::string out = fmt::format("- **{}, knockout**: ", model_name(a));
@@ -96,7 +104,7 @@ std::string knockout_section(const LoadedAnalysis& a, const std::vector<std::str
       "replacement over {} calibration prompts, folded mod {} for the index.\n\n",
       model_name(a), k["unit"].get<std::string>(), k["examples"].get<int>(),
       s["modulus"].get<int>(), k["padding"].get<std::string>(), k["calibration"].get<int>(),
-      s["fold"].get<int>());
+      folded_mod(s, s["modulus"].get<int>()));
   out += fmt::format("Clean: mean accuracy {}, worst phase r = {} at {}, gap {} pp {}.\n\n",
                      f2(clean["mean_acc"], 3), clean["worst_phase"].get<int>(),
                      f2(clean["worst_acc"], 3), f2(clean["gap_pp"], 1), ci(clean["gap_ci_pp"]));
@@ -138,12 +146,18 @@ struct GateView {
   bool shared;
 };
 
+// A gate's mean concentration per entry: `per_entry`, or "per_window" in files written before
+// the key followed the glossary ("window" is n_win only).
+double per_entry(const json& g) {
+  return num(g.contains("per_entry") ? g["per_entry"] : g.value("per_window", json()));
+}
+
 std::vector<GateView> gate_views(const json& gates) {
   std::vector<GateView> out;
   for (const auto& g : gates)
     out.push_back({g["name"].get<std::string>(), g["layer"].get<int>(), g["kv_head"].get<int>(),
                    g["width"].get<int>(), g["peak_slot"].get<int>(), g["side"].get<std::string>(),
-                   num(g["static"]), num(g["per_window"]), g["shared_with_key"].get<bool>()});
+                   num(g["static"]), per_entry(g), g["shared_with_key"].get<bool>()});
   return out;
 }
 
@@ -191,7 +205,7 @@ std::string gates_section(const LoadedAnalysis& a, const std::vector<std::string
     for (const auto& p : g["profile"]) prof.push_back(fmt::format("{:.2f}", p.get<double>()));
     const GateView v = gate_views(json::array({g}))[0];
     out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", v.name, f2(g["static"]),
-                       f2(g["per_window"]), v.peak, join(prof, " "),
+                       f2(json(per_entry(g))), v.peak, join(prof, " "),
                        v.shared ? "the key gate's weights" : gate_class(v));
   }
   if (!s["trajectory"].empty()) {
@@ -204,7 +218,7 @@ std::string gates_section(const LoadedAnalysis& a, const std::vector<std::string
       out += fmt::format("| {} | {} |", c["checkpoint"].get<std::string>(),
                          c["step"].is_null() ? std::string("-") : c["step"].dump());
       for (const auto& g : c["gates"])
-        out += fmt::format(" {} / {} |", f2(g["static"]), f2(g["per_window"]));
+        out += fmt::format(" {} / {} |", f2(g["static"]), f2(json(per_entry(g))));
       out += "\n";
     }
   }

@@ -205,8 +205,8 @@ nlohmann::json gate_json(const GateStat& s) {
           {"side", s.side},            {"kv_head", s.kv_head},
           {"gate", s.gate},            {"shared_with_key", s.shared},
           {"width", s.width},          {"stride", s.stride},
-          {"windows", s.c.windows},    {"static", s.c.static_conc},
-          {"per_window", s.c.per_window}, {"profile", s.c.profile},
+          {"entries", s.c.windows},    {"static", s.c.static_conc},
+          {"per_entry", s.c.per_window}, {"profile", s.c.profile},
           {"peak_slot", s.peak_slot}};
 }
 
@@ -295,7 +295,7 @@ PlaneChart gate_plane(const GatesResult& r) {
 }
 
 std::string gates_csv(const GatesResult& r) {
-  std::string out = "checkpoint,step,gate,layer,side,kv_head,static,per_window,peak_slot,profile\n";
+  std::string out = "checkpoint,step,gate,layer,side,kv_head,static,per_entry,peak_slot,profile\n";
   auto rows = [&](const std::string& ck, int64_t step, const std::vector<GateStat>& gates) {
     for (const auto& g : gates) {
       std::string prof;

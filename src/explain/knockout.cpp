@@ -156,7 +156,7 @@ KnockoutResult run_knockout(LocalBackend& backend, const KnockoutOptions& o) {
                              identity.padding, o.sweep.modulus);
   result.meta = analysis_meta(
       o.sweep, identity, described, result.run, "knockout",
-      {{"fold", result.fold},
+      {{"stride", stride > 0 ? nlohmann::json(stride) : nlohmann::json(nullptr)},
        {"calibration", o.calibration},
        {"calibration_ids", fmt::format("{} + [0, {})", kCalibrationIdBase, o.calibration)},
        {"unit", to_string(o.unit)},
@@ -166,16 +166,22 @@ KnockoutResult run_knockout(LocalBackend& backend, const KnockoutOptions& o) {
 }
 
 nlohmann::json KnockoutResult::to_json() const {
+  // The phases are folded mod the stride S; with the stride unknown they are not folded (fold =
+  // M) and `stride` is null, as in summary.json. Files before the rename say "fold" (always set).
+  const nlohmann::json stride =
+      clean.stride > 0 ? nlohmann::json(fold) : nlohmann::json(nullptr);
   nlohmann::json units = nlohmann::json::array();
   for (size_t i = 0; i < targets.size(); ++i) {
     nlohmann::json u = effects[i].to_json();
+    u["stride"] = stride;
+    u["specialisation"]["stride"] = stride;
     u["condition"] = targets[i].condition;
     u["layer"] = targets[i].layer;
     u["kv_head"] = targets[i].kv_head >= 0 ? nlohmann::json(targets[i].kv_head)
                                            : nlohmann::json(nullptr);
     units.push_back(u);
   }
-  return {{"analysis", "knockout"}, {"label", label}, {"modulus", modulus}, {"fold", fold},
+  return {{"analysis", "knockout"}, {"label", label}, {"modulus", modulus}, {"stride", stride},
           {"clean", clean.to_json()},  {"units", units}, {"meta", meta}};
 }
 

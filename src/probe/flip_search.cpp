@@ -434,7 +434,7 @@ json summarize_flips(const FlipSearchSpec& spec, const std::vector<FlipSite>& si
   double best = -1, worst = 2;
   for (int r = 0; r < S; ++r) {
     json row = wilson_json(res_ok[static_cast<size_t>(r)], res_n[static_cast<size_t>(r)]);
-    row["r"] = r;
+    row["phase"] = r;  // L mod S
     if (!row["rate"].is_null()) {
       best = std::max(best, row["rate"].get<double>());
       worst = std::min(worst, row["rate"].get<double>());

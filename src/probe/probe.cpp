@@ -340,7 +340,7 @@ json residue_table(const std::vector<const Point*>& pts, int S, const ProbeSpec&
       mp[s.candidates[c]] = n ? json(mean_p[c] / n) : json();
       w[s.candidates[c]] = wins[c];
     }
-    rows.push_back({{"r", r},
+    rows.push_back({{"phase", r},
                     {"n", n},
                     {"mean_margin", n ? json(margin / n) : json()},
                     {"mean_prob", mp},
@@ -530,10 +530,13 @@ std::string probe_verdict(const json& sm) {
   if (sm.contains("by_residue")) {
     const int S = sm["stride"].get<int>();
     out += fmt::format("; mean margin by L mod {}:", S);
-    for (const auto& row : sm["by_residue"])
+    for (const auto& row : sm["by_residue"]) {
+      // L mod S is `phase`; probe.json files before the key followed the glossary say "r".
+      const int r = (row.contains("phase") ? row["phase"] : row.at("r")).get<int>();
       out += row["mean_margin"].is_null()
-                 ? fmt::format(" {}: -", row["r"].get<int>())
-                 : fmt::format(" {}: {:+.3f}", row["r"].get<int>(), row["mean_margin"].get<double>());
+                 ? fmt::format(" {}: -", r)
+                 : fmt::format(" {}: {:+.3f}", r, row["mean_margin"].get<double>());
+    }
     const auto& rk = sm["rankings"];
     out += fmt::format("; {} of {} rankings follow the residue pattern {}", rk["follow_period"].get<int>(),
                        rk["total"].get<int>(), rk["residue_winner"].dump());

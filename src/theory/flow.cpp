@@ -147,7 +147,7 @@ nlohmann::json to_json(const FlowResult& r, bool with_records) {
   const ModelConfig& m = r.model;
   const FlowConfig& f = r.flow;
   json j;
-  j["model"] = {{"heads", m.heads},   {"stride", m.stride},   {"chunks", m.chunks},
+  j["model"] = {{"heads", m.heads},   {"stride", m.stride},   {"entries", m.chunks},
                 {"vocab", m.vocab},   {"kappa", m.kappa},     {"epsilon", m.epsilon},
                 {"gamma", m.gamma},   {"beta", m.beta},       {"rho", m.rho},
                 {"contexts", m.contexts}, {"seed", m.seed}};
@@ -157,7 +157,7 @@ nlohmann::json to_json(const FlowResult& r, bool with_records) {
                {"stop_when_concentrated", f.stop_when_concentrated}};
   json heads = json::array();
   for (const HeadOutcome& h : r.heads)
-    heads.push_back({{"r", h.r}, {"key", h.key}, {"value", h.value},
+    heads.push_back({{"slot", h.r}, {"key", h.key}, {"value", h.value},
                      {"concentrated", h.concentrated}});
   j["heads"] = heads;
   std::vector<int> weak;
@@ -181,7 +181,7 @@ nlohmann::json to_json(const FlowResult& r, bool with_records) {
                   {"mean_key_gate", last.eval.mean_gate[0]},
                   {"mean_value_gate", last.eval.mean_gate[1]},
                   {"static_eff", last.eval.static_eff},
-                  {"window_eff", last.eval.window_eff}};
+                  {"entry_eff", last.eval.window_eff}};
   }
   if (with_records) {
     json recs = json::array();
@@ -194,8 +194,8 @@ nlohmann::json to_json(const FlowResult& r, bool with_records) {
                       {"target_prob", rec.eval.target_prob},
                       {"mean_gate", rec.eval.mean_gate},
                       {"static_eff", rec.eval.static_eff},
-                      {"window_eff", rec.eval.window_eff},
-                      {"window_max", rec.eval.window_max}});
+                      {"entry_eff", rec.eval.window_eff},
+                      {"entry_max", rec.eval.window_max}});
     j["records"] = recs;
   }
   return j;
@@ -217,7 +217,7 @@ std::string gates_csv(const FlowResult& r) {
 }
 
 std::string concentration_csv(const FlowResult& r) {
-  std::string out = "step,t,branch,head,static_eff,window_eff,window_max\n";
+  std::string out = "step,t,branch,head,static_eff,entry_eff,entry_max\n";
   for (const FlowRecord& rec : r.records)
     for (int b = 0; b < 2; ++b)
       for (size_t h = 0; h < rec.eval.static_eff[b].size(); ++h)

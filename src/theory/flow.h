@@ -64,7 +64,7 @@ void classify(const Model::Probe& probe, double threshold, FlowResult& out);
 nlohmann::json to_json(const FlowResult& r, bool with_records = true);
 
 // Long-format CSVs of a trajectory: gates.csv (step,t,branch,head,position,weight),
-// concentration.csv (step,t,branch,head,static_eff,window_eff,window_max) and accuracy.csv
+// concentration.csv (step,t,branch,head,static_eff,entry_eff,entry_max) and accuracy.csv
 // (step,t,position,accuracy,target_prob,train_loss,eval_loss).
 std::string gates_csv(const FlowResult& r);
 std::string concentration_csv(const FlowResult& r);
