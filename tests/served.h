@@ -115,7 +115,7 @@ inline void expect_error(const Reply& r, int status, const std::string& param,
   if (!param.empty()) {
     EXPECT_EQ(e["param"], param) << e.dump();
   }
-  EXPECT_NE(e["message"].get<std::string>().find(part), std::string::npos) << e.dump();
+  EXPECT_CONTAINS(e["message"].get<std::string>(), part);
 }
 
 }  // namespace phasekv::test

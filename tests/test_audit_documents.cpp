@@ -25,15 +25,6 @@ using json = nlohmann::json;
 
 const std::string kManifest = std::string(PHASEKV_SOURCE_DIR) + "/data/filler/debian-licenses.json";
 
-void expect_error_with(const std::function<void()>& f, const std::string& part) {
-  try {
-    f();
-    ADD_FAILURE() << "no error (wanted one with '" << part << "')";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
-
 TEST(FillerCorpus, TheManifestPinsDebianTextsIntoSentencesWithoutDigits) {
   const FillerCorpus c = load_filler_corpus(kManifest);
   EXPECT_EQ(c.files.size(), 7u);
@@ -76,13 +67,17 @@ TEST(FillerCorpus, AChangedOrMissingFileIsRefusedNamingBothDigests) {
                              {" This is the first sentence here.", " And here is another one!"}));
   // Same size, one letter changed: the digest catches it.
   write_file_atomic(text.string(), "This is the first sentence hers. And here is another one!\n");
-  expect_error_with([&] { load_filler_corpus((dir / "m.json").string()); },
-                    "has changed: " + std::to_string(fs::file_size(text)) + " bytes, SHA-256 ");
-  expect_error_with([&] { load_filler_corpus((dir / "m.json").string()); }, digest);
+  EXPECT_TRUE(test::throws_containing(
+      [&] { load_filler_corpus((dir / "m.json").string()); },
+      "has changed: " + std::to_string(fs::file_size(text)) + " bytes, SHA-256 "));
+  EXPECT_TRUE(
+      test::throws_containing([&] { load_filler_corpus((dir / "m.json").string()); }, digest));
   fs::remove(text);
-  expect_error_with([&] { load_filler_corpus((dir / "m.json").string()); }, "does not exist");
+  EXPECT_TRUE(test::throws_containing([&] { load_filler_corpus((dir / "m.json").string()); },
+                                      "does not exist"));
   write_file_atomic((dir / "bad.json").string(), R"({"files":[{"path":"x"}]})");
-  expect_error_with([&] { load_filler_corpus((dir / "bad.json").string()); }, "files[0]");
+  EXPECT_TRUE(test::throws_containing([&] { load_filler_corpus((dir / "bad.json").string()); },
+                                      "files[0]"));
 }
 
 TEST(DocGrid, LengthsAndDepthsAsNiahSpacesThem) {
@@ -127,7 +122,7 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
           << c.dump();
     }
   }
-  EXPECT_NE(cli.log.find("depth x length (worst phase: accuracy, gap pp):"), std::string::npos);
+  EXPECT_CONTAINS(cli.log, "depth x length (worst phase: accuracy, gap pp):");
   // The per-phase table per length: every depth of a length pooled, one accuracy per phase.
   ASSERT_EQ(a["lengths"].size(), 2u);
   EXPECT_EQ(a["lengths"][0]["context_tokens"], 60);
@@ -142,16 +137,14 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
     }
     EXPECT_DOUBLE_EQ(row["gap_pp"].get<double>(), 100.0) << row.dump();
   }
-  EXPECT_NE(cli.log.find("per-phase accuracy by context length (all depths pooled):"),
-            std::string::npos)
-      << cli.log;
+  EXPECT_CONTAINS(cli.log, "per-phase accuracy by context length (all depths pooled):");
   // The HTML report shows the same per-length table and the depth x length cells.
   const std::string html = read_file((out / "report.html").string());
-  EXPECT_NE(html.find("<h2>By context length</h2>"), std::string::npos);
-  EXPECT_NE(html.find("Worst-phase accuracy (%) by depth and context length"), std::string::npos);
-  EXPECT_NE(html.find("<td class=\"num\">160</td>"), std::string::npos);
+  EXPECT_CONTAINS(html, "<h2>By context length</h2>");
+  EXPECT_CONTAINS(html, "Worst-phase accuracy (%) by depth and context length");
+  EXPECT_CONTAINS(html, "<td class=\"num\">160</td>");
   // Every length's weak phases (3 and 7) are shown at 0.000 and the worst one is marked.
-  EXPECT_NE(html.find("<td class=\"num worst\">0.000</td>"), std::string::npos);
+  EXPECT_CONTAINS(html, "<td class=\"num worst\">0.000</td>");
   // Longer documents have longer prompts, each cell at its own length.
   const auto records = read_results((out / "results.jsonl").string()).records;
   ASSERT_EQ(records.size(), 288u);
@@ -166,7 +159,7 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
   const auto again = test::run_audit_cli(
       server.endpoint(), "any", out, "--filler " + kManifest + " --dry-run",
       "--modulus 8 --examples 6 --records 3 --context-tokens 60,160 --depths 0,50,100");
-  EXPECT_NE(again.log.find("plan: 0 of 288 items to score"), std::string::npos) << again.log;
+  EXPECT_CONTAINS(again.log, "plan: 0 of 288 items to score");
 }
 
 // Multi-needle: three targets per document, each asked by its own question and scored on its own.
@@ -189,9 +182,7 @@ TEST(AuditDocuments, SeveralNeedlesPerDocumentAreScoredSeparatelyAtEveryPhase) {
     EXPECT_DOUBLE_EQ(n["gap_pp"].get<double>(), 100.0) << n.dump();
   }
   EXPECT_EQ(a["period"]["detected_period"], 4) << a["period"].dump();
-  EXPECT_NE(cli.log.find("per needle (each scored by its own question; all cells pooled):"),
-            std::string::npos)
-      << cli.log;
+  EXPECT_CONTAINS(cli.log, "per needle (each scored by its own question; all cells pooled):");
   const auto records = read_results((dir / "multi" / "results.jsonl").string()).records;
   ASSERT_EQ(records.size(), 120u);
   std::map<std::pair<int64_t, int>, std::set<int32_t>> targets;  // (example, phase) -> targets
@@ -220,8 +211,7 @@ TEST(AuditDocuments, SeveralNeedlesPerDocumentAreScoredSeparatelyAtEveryPhase) {
   const auto bad = test::run_audit_cli(server.endpoint(), "any", dir / "bad", "",
                                        flags + " --needles 7");
   EXPECT_NE(bad.status, 0);
-  EXPECT_NE(bad.log.find("--needles is 7 (allowed: 1..--n-records = 6)"), std::string::npos)
-      << bad.log;
+  EXPECT_CONTAINS(bad.log, "--needles is 7 (allowed: 1..--n-records = 6)");
 }
 
 // A document longer than the --filler corpus wraps around it: every such record says so
@@ -244,11 +234,8 @@ TEST(AuditDocuments, ADocumentLongerThanTheCorpusIsFlaggedAsRepeatingItsFiller) 
   EXPECT_EQ(a["records"]["filler_repeats"], 8) << a["records"].dump();
   // The plan says so before anything is scored (--dry-run shows it too).
   EXPECT_EQ(a["plan"]["filler_repeats"], 8) << a["plan"].dump();
-  EXPECT_NE(cli.log.find("filler: 8 of 8 items' documents are longer than the filler corpus"),
-            std::string::npos)
-      << cli.log;
-  EXPECT_NE(cli.log.find("longer than the --filler corpus (2 sentences)"), std::string::npos)
-      << cli.log;
+  EXPECT_CONTAINS(cli.log, "filler: 8 of 8 items' documents are longer than the filler corpus");
+  EXPECT_CONTAINS(cli.log, "longer than the --filler corpus (2 sentences)");
   for (const auto& r : read_results((dir / "out" / "results.jsonl").string()).records)
     EXPECT_TRUE(r.extra.value("filler_repeats", false));
   // The Debian corpus (578 sentences) covers a 160-token document: no flag.
@@ -257,7 +244,7 @@ TEST(AuditDocuments, ADocumentLongerThanTheCorpusIsFlaggedAsRepeatingItsFiller) 
                                                "--modulus 4 --examples 2 --records 2 --context-tokens 160");
   ASSERT_EQ(long_corpus.status, 0) << long_corpus.log;
   EXPECT_EQ(json::parse(read_file((dir / "out2" / "audit.json").string()))["records"]["filler_repeats"], 0);
-  EXPECT_EQ(long_corpus.log.find("longer than the --filler corpus"), std::string::npos);
+  EXPECT_NOT_CONTAINS(long_corpus.log, "longer than the --filler corpus");
 }
 
 }  // namespace

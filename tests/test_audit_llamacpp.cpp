@@ -89,7 +89,7 @@ TEST(LlamacppUtf8, TheFakeReproducesTheMissingProbabilitiesWithoutLogitBias) {
     parse_score(Dialect::kLlamacpp, j, {weak.tokens, weak.target});
     ADD_FAILURE() << "accepted an answer without probabilities";
   } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("incomplete UTF-8"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "incomplete UTF-8");
   }
 }
 
@@ -192,7 +192,7 @@ TEST(LlamacppContext, APromptOfNctxTokensIsRejectedSoTheLimitIsNctxMinusOne) {
   EXPECT_TRUE(fit.error.empty()) << fit.error;
   const int before = server.completions.load();
   const std::string err = http->score({{full, x}})[0].error;
-  EXPECT_NE(err.find("does not fit the server's context size 64"), std::string::npos) << err;
+  EXPECT_CONTAINS(err, "does not fit the server's context size 64");
   EXPECT_EQ(server.completions.load(), before) << "refused before it was sent";
   // The fake rejects exactly n_ctx tokens, as llama-server does.
   httplib::Client c("127.0.0.1", std::stoi(server.endpoint().substr(17)));
@@ -211,9 +211,9 @@ TEST(LlamacppContext, APromptOfNctxTokensIsRejectedSoTheLimitIsNctxMinusOne) {
   o.max_context = 1000;
   auto over = HttpBackend::open(o);
   const std::string rejected = over->score({{full, x}})[0].error;
-  EXPECT_NE(rejected.find("HTTP 400"), std::string::npos) << rejected;
-  EXPECT_NE(rejected.find("exceed_context_size_error"), std::string::npos) << rejected;
-  EXPECT_NE(rejected.find("a rerun will not help"), std::string::npos) << rejected;
+  EXPECT_CONTAINS(rejected, "HTTP 400");
+  EXPECT_CONTAINS(rejected, "exceed_context_size_error");
+  EXPECT_CONTAINS(rejected, "a rerun will not help");
   EXPECT_EQ(over->stats().retries, 0);
 }
 
@@ -222,11 +222,9 @@ TEST(LlamacppContext, AnOverlongAuditIsRefusedUpFrontNamingPromptLimitAndSource)
   const fs::path out = test::temp_dir("llama_overlong");
   const Cli r = audit(server, out / "run", "");
   EXPECT_EQ(r.status, 2) << r.log;
-  EXPECT_NE(r.log.find("does not fit the server's context"), std::string::npos) << r.log;
-  EXPECT_NE(r.log.find("context size is 64 tokens (/props default_generation_settings.n_ctx"),
-            std::string::npos)
-      << r.log;
-  EXPECT_NE(r.log.find("at most 63 tokens"), std::string::npos) << r.log;
+  EXPECT_CONTAINS(r.log, "does not fit the server's context");
+  EXPECT_CONTAINS(r.log, "context size is 64 tokens (/props default_generation_settings.n_ctx");
+  EXPECT_CONTAINS(r.log, "at most 63 tokens");
   EXPECT_TRUE(std::regex_search(r.log, std::regex("longest prompt \\(example \\d+\\) has \\d+ "
                                                   "tokens")))
       << r.log;
@@ -249,9 +247,9 @@ TEST(AuditAccounting, UsageIsSummedFromTheServersAnswersAndTheDryRunSendsNoScori
   std::smatch m;
   ASSERT_TRUE(std::regex_search(dry.log, m, std::regex("prompt tokens: (\\d+) ")));
   const int64_t planned = std::stoll(m[1]);
-  EXPECT_NE(dry.log.find("plan: 48 of 48 items to score"), std::string::npos) << dry.log;
-  EXPECT_NE(dry.log.find("requests: 240 (per item: 1 scoring + 4"), std::string::npos) << dry.log;
-  EXPECT_NE(dry.log.find("time: unknown until the first requests"), std::string::npos);
+  EXPECT_CONTAINS(dry.log, "plan: 48 of 48 items to score");
+  EXPECT_CONTAINS(dry.log, "requests: 240 (per item: 1 scoring + 4");
+  EXPECT_CONTAINS(dry.log, "time: unknown until the first requests");
 
   const Cli run = audit(server, out / "run", "");
   ASSERT_EQ(run.status, 0) << run.log;
@@ -266,17 +264,12 @@ TEST(AuditAccounting, UsageIsSummedFromTheServersAnswersAndTheDryRunSendsNoScori
   EXPECT_EQ(a["usage"]["answers_with_usage"], 48);
   EXPECT_EQ(a["period"]["detected_period"], 4);
   EXPECT_GT(a["timing"]["items_per_s"].get<double>(), 0);
-  EXPECT_NE(run.log.find("usage (the server's count): " + std::to_string(prompt_tokens) +
-                         " prompt tokens"),
-            std::string::npos)
-      << run.log;
+  EXPECT_CONTAINS(
+      run.log, "usage (the server's count): " + std::to_string(prompt_tokens) + " prompt tokens");
   // A later dry run estimates the time from the recorded rate.
   const Cli again = audit(server, out / "run", "--dry-run");
-  EXPECT_NE(again.log.find("plan: 0 of 48 items to score (48 already"), std::string::npos)
-      << again.log;
-  EXPECT_NE(again.log.find("items/s (" + (out / "run").string() + "/audit.json)"),
-            std::string::npos)
-      << again.log;
+  EXPECT_CONTAINS(again.log, "plan: 0 of 48 items to score (48 already");
+  EXPECT_CONTAINS(again.log, "items/s (" + (out / "run").string() + "/audit.json)");
   fs::remove_all(out);
 }
 
@@ -354,7 +347,7 @@ TEST(AuditAccounting, ARerunFromTheRequestCacheSendsNothingAndLogsSamplePrompts)
     EXPECT_EQ(line["prompt_tokens"], r.query_pos + 1);
     EXPECT_EQ(line["key_pos"], r.key_pos);
     const std::string text = line["prompt_text"];
-    EXPECT_NE(text.find("Question: what is the value of key"), std::string::npos) << text;
+    EXPECT_CONTAINS(text, "Question: what is the value of key");
     EXPECT_EQ(server.toy().encode(text, true), line["prompt_ids"].get<std::vector<int32_t>>())
         << "the text is the whole prompt";
   }
@@ -389,8 +382,7 @@ TEST(RateLimits, RetryAfterIsHonouredInSecondsAndAsAnHttpDate) {
   o.max_retry_after_s = 5;
   const Prompt q = prompt_with_key_at(slow.toy(), 12);
   const std::string err = HttpBackend::open(o)->score({{q.tokens, q.target}})[0].error;
-  EXPECT_NE(err.find("Retry-After asks for 3600 s, more than the 5 s allowed"), std::string::npos)
-      << err;
+  EXPECT_CONTAINS(err, "Retry-After asks for 3600 s, more than the 5 s allowed");
 }
 
 TEST(RateLimits, ConcurrencyHalvesOn429sAndEveryRequestSucceeds) {
@@ -433,8 +425,7 @@ TEST(AuditBlind, AStrideThatDoesNotDivideTheModulusIsFoundFromKeyPositions) {
     EXPECT_EQ(a["period"]["detected_period"], period) << a["period"].dump();
     EXPECT_EQ(a["period"]["positions"], "key_pos");
     EXPECT_TRUE(a["period"]["significant"].get<bool>());
-    EXPECT_NE(run.log.find("periods tested: every period 2..12 (key positions)"), std::string::npos)
-        << run.log;
+    EXPECT_CONTAINS(run.log, "periods tested: every period 2..12 (key positions)");
   }
   fs::remove_all(out);
 }
@@ -471,7 +462,7 @@ TEST(LlamacppPieces, APromptArrivesAsGrowingPrefixesWithTheCacheOn) {
     HttpBackend::open(o);
     ADD_FAILURE() << "two requests in flight with pieces were accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--concurrency 1"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "--concurrency 1");
   }
 }
 

@@ -143,7 +143,7 @@ TEST(Bundled, SlaGateBlocksTheLookupChunkedModelAndPassesItsControl) {
       gated_sweep("lookup-chunked", dir / "chunked", "lookup", 30, 8, gate);
   EXPECT_EQ(chunked, 4) << chunked_line;
   EXPECT_EQ(chunked_line.rfind("SLA FAILED: gap ", 0), 0u) << chunked_line;
-  EXPECT_NE(chunked_line.find("> --max-gap 25; worst phase r="), std::string::npos) << chunked_line;
+  EXPECT_CONTAINS(chunked_line, "> --max-gap 25; worst phase r=");
   EXPECT_TRUE(fs::exists(dir / "chunked" / "report.html"));
   const auto [full, full_line] = gated_sweep("lookup-full", dir / "full", "lookup", 30, 8, gate);
   EXPECT_EQ(full, 0) << full_line;
@@ -169,7 +169,7 @@ TEST(Bundled, SlaGateJudgesTheConfidenceBoundNotThePointEstimate) {
   auto num = [](double v) { return std::to_string(v); };  // 6 decimals
   const auto gap_fails = run("--max-gap " + num((gap + gap_hi) / 2));
   EXPECT_EQ(gap_fails.first, 4) << gap_fails.second;
-  EXPECT_NE(gap_fails.second.find("SLA FAILED: gap "), std::string::npos) << gap_fails.second;
+  EXPECT_CONTAINS(gap_fails.second, "SLA FAILED: gap ");
   EXPECT_EQ(run("--min-worst " + num((worst + worst_lo) / 2)).first, 4);
   const auto passes =
       run("--max-gap " + num(gap_hi + 0.01) + " --min-worst " + num(worst_lo - 0.001));
@@ -182,14 +182,10 @@ TEST(Bundled, SlaGateJudgesTheConfidenceBoundNotThePointEstimate) {
   };
   const auto too_wide = bad("--max-gap 150");
   EXPECT_EQ(too_wide.first, 2);
-  EXPECT_NE(too_wide.second.find("--max-gap is 150 (allowed: percentage points in [0, 100]"),
-            std::string::npos)
-      << too_wide.second;
+  EXPECT_CONTAINS(too_wide.second, "--max-gap is 150 (allowed: percentage points in [0, 100]");
   const auto percent = bad("--min-worst 95");
   EXPECT_EQ(percent.first, 2);
-  EXPECT_NE(percent.second.find("--min-worst is 95 (allowed: an accuracy as a fraction"),
-            std::string::npos)
-      << percent.second;
+  EXPECT_CONTAINS(percent.second, "--min-worst is 95 (allowed: an accuracy as a fraction");
   EXPECT_FALSE(fs::exists(fresh / "results.jsonl"));
   // The gate's intervals need no bootstrap: --bootstrap-reps 0 still gates.
   EXPECT_EQ(bad("--max-gap 1", 0).first, 4);

@@ -6,6 +6,7 @@
 
 #include "eval/calibrate.h"
 #include "report/calibration_page.h"
+#include "test_util.h"
 
 namespace phasekv::calibrate {
 namespace {
@@ -80,8 +81,8 @@ TEST(Calibration, QuickRunWritesAPage) {
     in.results.push_back(run_setting(s, in.options, i++));
   }
   const std::string md = statistics_markdown(in);
-  EXPECT_NE(md.find("## Verdicts"), std::string::npos);
-  EXPECT_NE(md.find("| 5 | 24 | no |"), std::string::npos);
+  EXPECT_CONTAINS(md, "## Verdicts");
+  EXPECT_CONTAINS(md, "| 5 | 24 | no |");
   EXPECT_EQ(results_json(in)["results"].size(), in.results.size());
 }
 

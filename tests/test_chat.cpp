@@ -105,8 +105,7 @@ TEST_F(ChatTest, MessagesRenderIntoTheTaskTokensAndAnswerLikeCompletions) {
   auto models = c.Get("/v1/models");
   ASSERT_TRUE(models);
   const json card = json::parse(models->body)["data"][0];
-  EXPECT_NE(card["phasekv"]["chat_template"].get<std::string>().find("bos_token"),
-            std::string::npos);
+  EXPECT_CONTAINS(card["phasekv"]["chat_template"].get<std::string>(), "bos_token");
 }
 
 TEST_F(ChatTest, StreamedChunksEqualTheWholeAnswer) {
@@ -285,7 +284,7 @@ TEST_F(ChatTest, HttpBackendScoresThroughChatLikeThroughCompletions) {
   EXPECT_EQ(gen[0].tokens, served_->local().generate(requests[0].context, 3));
   // A context that does not start with the template's <bos> cannot be rendered: its own error.
   const auto bad = chat->score({{{kVocab.filler(0), kVocab.key(1)}, kVocab.value(1)}});
-  EXPECT_NE(bad[0].error.find("leading tokens"), std::string::npos) << bad[0].error;
+  EXPECT_CONTAINS(bad[0].error, "leading tokens");
 }
 
 TEST(ChatWire, ScoresCensorsAndReportsRenderMismatches) {
@@ -306,8 +305,7 @@ TEST(ChatWire, ScoresCensorsAndReportsRenderMismatches) {
   EXPECT_EQ(s.argmax, 9);
   EXPECT_THROW(parse_chat_score(response, {{1, 5}, 7}), ProtocolError);  // 3 tokens seen, 2 sent
   EXPECT_EQ(chat_render_mismatch({1, 5, 6}, {1, 5, 6}), "");
-  EXPECT_NE(chat_render_mismatch({1, 5, 6, 2}, {1, 5, 6}).find("first difference at position 3"),
-            std::string::npos);
+  EXPECT_CONTAINS(chat_render_mismatch({1, 5, 6, 2}, {1, 5, 6}), "first difference at position 3");
 }
 
 // The bundled chunked model (S = 4) served, audited blind through the chat endpoint: period 4,
@@ -352,8 +350,7 @@ TEST(ChatAudit, BlindChatAuditOfTheServedChunkedModelFindsPeriod4) {
   EXPECT_EQ(chat, plain);
   // A chat audit resumed into the completions audit's directory would mix two measurements.
   EXPECT_EQ(audit("chat", "completions"), 2);
-  EXPECT_NE(test::slurp(dir / "log").find("holds a completions audit"), std::string::npos)
-      << test::slurp(dir / "log");
+  EXPECT_CONTAINS(test::slurp(dir / "log"), "holds a completions audit");
   fs::remove_all(dir);
 }
 

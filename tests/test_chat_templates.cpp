@@ -154,7 +154,7 @@ TEST(ChatAnswers, ParsesTheDocumentedAnswerShapes) {
     parse_chat_score(text_only, {{1, 2, 3}, 9});
     ADD_FAILURE() << "matched a token by its text";
   } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("--mode generate"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "--mode generate");
   }
 }
 
@@ -182,8 +182,7 @@ TEST(ChatTemplateAudit, ABlindLogprobAuditFindsTheTemplatedPeriodFour) {
   EXPECT_EQ(a["backend"]["chat_template_leading_tokens"].size(),
             static_cast<size_t>(server.prefix_tokens()));
   EXPECT_EQ(a["task"]["chat_template_suffix_tokens"], 9);
-  EXPECT_NE(a["backend"]["chat_template"].get<std::string>().find("POST /tokenize {messages}"),
-            std::string::npos);
+  EXPECT_CONTAINS(a["backend"]["chat_template"].get<std::string>(), "POST /tokenize {messages}");
   EXPECT_EQ(a["backend"]["reasoning_request_fields"]["chat_template_kwargs"]["enable_thinking"],
             false);
   // Usage and its cost: 48 chat answers of one token each.
@@ -192,7 +191,7 @@ TEST(ChatTemplateAudit, ABlindLogprobAuditFindsTheTemplatedPeriodFour) {
   const double want = (a["usage"]["prompt_tokens"].get<double>() * 1 + 48.0 * 3) / 1e6;
   EXPECT_DOUBLE_EQ(a["usage"]["cost"].get<double>(), want);
   EXPECT_GT(a["plan"]["estimated_cost"].get<double>(), 0.0);
-  EXPECT_NE(cli.log.find("cost of that usage"), std::string::npos) << cli.log;
+  EXPECT_CONTAINS(cli.log, "cost of that usage");
 }
 
 TEST(ChatTemplateAudit, GenerateWithReasoningReadsTheAnswerAfterTheThinkBlock) {
@@ -216,11 +215,11 @@ TEST(ChatTemplateAudit, GenerateWithReasoningReadsTheAnswerAfterTheThinkBlock) {
   const json a = json::parse(read_file((dir / "small" / "audit.json").string()));
   EXPECT_EQ(a["records"]["answers_missing"], 48);
   EXPECT_EQ(a["generation_budget"], 6);
-  EXPECT_NE(small.log.find("raise --max-tokens"), std::string::npos) << small.log;
+  EXPECT_CONTAINS(small.log, "raise --max-tokens");
   // Logprob scoring of a reasoning model would score the reasoning's first token.
   const Cli refused = chat_audit(server, dir / "refused", "--reasoning on");
   EXPECT_EQ(refused.status, 2) << refused.log;
-  EXPECT_NE(refused.log.find("use --mode generate"), std::string::npos) << refused.log;
+  EXPECT_CONTAINS(refused.log, "use --mode generate");
 }
 
 TEST(ChatTemplateAudit, LlamacppRendersThroughApplyTemplateAndAReasoningField) {
@@ -234,8 +233,7 @@ TEST(ChatTemplateAudit, LlamacppRendersThroughApplyTemplateAndAReasoningField) {
   expect_templated_period_four(out, server.prefix_tokens(), "on");
   const json a = json::parse(read_file((out / "audit.json").string()));
   EXPECT_EQ(a["backend"]["dialect"], "llamacpp");
-  EXPECT_NE(a["backend"]["chat_template"].get<std::string>().find("/apply-template"),
-            std::string::npos);
+  EXPECT_CONTAINS(a["backend"]["chat_template"].get<std::string>(), "/apply-template");
   EXPECT_EQ(a["backend"]["chat_template_leading_tokens"][0], 0) << "llama.cpp adds the BOS";
   EXPECT_GT(server.renders.load(), 48);
 }
@@ -247,7 +245,7 @@ TEST(ChatTemplateAudit, ATemplateFileStandsInForAServerThatCannotRender) {
   const fs::path dir = test::temp_dir("chat_file");
   const Cli none = chat_audit(server, dir / "none", "--reasoning off");
   EXPECT_EQ(none.status, 2) << none.log;
-  EXPECT_NE(none.log.find("give --chat-template FILE"), std::string::npos) << none.log;
+  EXPECT_CONTAINS(none.log, "give --chat-template FILE");
 
   const fs::path file = dir / "chatml.txt";
   write_file_atomic(file.string(), FakeChatServer::template_file_text());
@@ -257,8 +255,7 @@ TEST(ChatTemplateAudit, ATemplateFileStandsInForAServerThatCannotRender) {
   expect_templated_period_four(dir / "file", server.prefix_tokens(), "off");
   const json a = json::parse(read_file((dir / "file" / "audit.json").string()));
   EXPECT_EQ(a["backend"]["chat_template_file"], file.string());
-  EXPECT_NE(a["backend"]["chat_template"].get<std::string>().find("not the server's own"),
-            std::string::npos);
+  EXPECT_CONTAINS(a["backend"]["chat_template"].get<std::string>(), "not the server's own");
 
   // A file that leaves out the system prompt plans other positions than the server renders:
   // every answer's prompt_tokens disagrees, so every item is an error (none a wrong phase) and
@@ -270,13 +267,11 @@ TEST(ChatTemplateAudit, ATemplateFileStandsInForAServerThatCannotRender) {
   const Cli bad =
       chat_audit(server, dir / "wrong", "--reasoning off --chat-template " + wrong.string());
   EXPECT_EQ(bad.status, 2) << bad.log;
-  EXPECT_NE(bad.log.find("a --chat-template file that differs"), std::string::npos) << bad.log;
+  EXPECT_CONTAINS(bad.log, "a --chat-template file that differs");
   const auto records = read_results((dir / "wrong" / "results.jsonl").string()).records;
   ASSERT_FALSE(records.empty());
   for (const auto& r : records)
-    EXPECT_NE(r.error.find("prompt tokens, " + std::to_string(r.query_pos + 1) + " were sent"),
-              std::string::npos)
-        << r.error;
+    EXPECT_CONTAINS(r.error, "prompt tokens, " + std::to_string(r.query_pos + 1) + " were sent");
 }
 
 TEST(ChatTemplateAudit, TheDryRunPlansTheCost) {

@@ -24,10 +24,6 @@ test::CommandResult phasekv(const std::string& args) {
   return test::run_command("timeout -s KILL 60 " + kBin + " " + args);
 }
 
-bool has(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
-
 std::string kv_chunked() {
   return (kSource / "models" / "kv-chunked").string();
 }
@@ -35,28 +31,26 @@ std::string kv_chunked() {
 TEST(Cli, AnUnknownCommandIsNamedWithTheNearestAndTheList) {
   const auto r = phasekv("swep --model x");
   EXPECT_EQ(r.status, 109) << r.err;  // CLI11's ExtrasError: 100 and up is a usage error
-  EXPECT_TRUE(has(r.err, "phasekv: error: unknown command 'swep' (did you mean 'sweep'?)"))
-      << r.err;
-  EXPECT_FALSE(has(r.err, "A subcommand is required")) << r.err;
+  EXPECT_CONTAINS(r.err, "phasekv: error: unknown command 'swep' (did you mean 'sweep'?)");
+  EXPECT_NOT_CONTAINS(r.err, "A subcommand is required");
   for (const char* c : {"sweep", "compare", "audit", "repro", "serve"})
-    EXPECT_TRUE(has(r.err, std::string("\n  ") + c + " ")) << c << " is not listed:\n" << r.err;
+    EXPECT_CONTAINS(r.err, std::string("\n  ") + c + " ") << c << " is not listed:\n" << r.err;
   // Nothing near: no guess. A command word below a command is checked the same way.
   const auto nested = phasekv("repro reprot runs/x");
   EXPECT_EQ(nested.status, 109) << nested.err;
-  EXPECT_TRUE(
-      has(nested.err, "phasekv repro: error: unknown command 'reprot' (did you mean 'report'?)"))
-      << nested.err;
+  EXPECT_CONTAINS(nested.err,
+                  "phasekv repro: error: unknown command 'reprot' (did you mean 'report'?)");
   const auto none = phasekv("");
   EXPECT_EQ(none.status, 106) << none.err;
-  EXPECT_TRUE(has(none.err, "phasekv: error: no command given")) << none.err;
+  EXPECT_CONTAINS(none.err, "phasekv: error: no command given");
 }
 
 TEST(Cli, TheGuessNeedsATypoNotAnyWord) {
-  EXPECT_TRUE(has(phasekv("knokcout").err, "(did you mean 'knockout'?)"));
-  EXPECT_TRUE(has(phasekv("sweeep").err, "(did you mean 'sweep'?)"));
+  EXPECT_CONTAINS(phasekv("knokcout").err, "(did you mean 'knockout'?)");
+  EXPECT_CONTAINS(phasekv("sweeep").err, "(did you mean 'sweep'?)");
   for (const char* word : {"x", "deploy"}) {
     const auto r = phasekv(word);
-    EXPECT_TRUE(has(r.err, std::string("unknown command '") + word + "'\n")) << r.err;
+    EXPECT_CONTAINS(r.err, std::string("unknown command '") + word + "'\n");
   }
 }
 
@@ -79,10 +73,10 @@ TEST(Cli, ParseErrorsArePrefixedAndSayWhatIsAllowed) {
                         0),
             0u)
       << r.err;
-  EXPECT_TRUE(has(r.err, "Run 'phasekv sweep --help' for more information.")) << r.err;
+  EXPECT_CONTAINS(r.err, "Run 'phasekv sweep --help' for more information.");
   const auto missing = phasekv("sweep --model " + kv_chunked());
   EXPECT_EQ(missing.err.rfind("phasekv: error: ", 0), 0u) << missing.err;
-  EXPECT_TRUE(has(missing.err, "is required")) << missing.err;
+  EXPECT_CONTAINS(missing.err, "is required");
 }
 
 // "--examples INT=0 REQUIRED": a value the user must give shows no default, in every command.
@@ -96,30 +90,29 @@ TEST(Cli, HelpShowsNoDefaultBesideRequired) {
     EXPECT_FALSE(std::regex_search(r.out, default_and_required)) << c << "\n" << r.out;
   }
   const auto sweep = phasekv("sweep --help");
-  EXPECT_TRUE(has(sweep.out, "kv|lookup|passkey")) << sweep.out;
+  EXPECT_CONTAINS(sweep.out, "kv|lookup|passkey");
 }
 
 TEST(Cli, InfoTakesTheModelOneWayOrTheOther) {
   const auto help = phasekv("info --help");
-  EXPECT_FALSE(has(help.out, "REQUIRED")) << help.out;
+  EXPECT_NOT_CONTAINS(help.out, "REQUIRED");
   EXPECT_EQ(phasekv("info " + kv_chunked()).status, 0);
   EXPECT_EQ(phasekv("info --model " + kv_chunked()).status, 0);
   const auto none = phasekv("info");
   EXPECT_NE(none.status, 0);
-  EXPECT_TRUE(has(none.err,
+  EXPECT_CONTAINS(none.err,
                   "phasekv: error: the model directory (phasekv info DIR, or --model "
-                  "DIR) is required"))
-      << none.err;
+                  "DIR) is required");
   const auto both = phasekv("info " + kv_chunked() + " --model " + kv_chunked());
   EXPECT_NE(both.status, 0);
-  EXPECT_TRUE(has(both.err, "excludes")) << both.err;
+  EXPECT_CONTAINS(both.err, "excludes");
 }
 
 // Without --stream the whole sequence is one forward: --chunk alone was silently ignored.
 TEST(Cli, ChunkWithoutStreamIsAnErrorNamingBoth) {
   const auto r = phasekv("logits --model " + kv_chunked() + " --tokens 1,2,3 --chunk 2");
   EXPECT_NE(r.status, 0) << r.out;
-  EXPECT_TRUE(has(r.err, "phasekv: error: --chunk requires --stream")) << r.err;
+  EXPECT_CONTAINS(r.err, "phasekv: error: --chunk requires --stream");
   EXPECT_EQ(phasekv("logits --model " + kv_chunked() + " --tokens 1,2,3 --stream --chunk 2").status,
             0);
 }
@@ -133,21 +126,16 @@ TEST(Cli, OutNamingAFileIsRefusedBeforeAnythingRuns) {
   for (const fs::path& out : {file, file / "sub"}) {
     const auto r = phasekv(sweep + out.string());
     EXPECT_NE(r.status, 0) << r.out;
-    EXPECT_TRUE(
-        has(r.err, "phasekv: error: --out: " + file.string() + " is a file, not a directory"))
-        << r.err;
-    EXPECT_FALSE(has(r.err, "filesystem error")) << r.err;
+    EXPECT_CONTAINS(r.err,
+                    "phasekv: error: --out: " + file.string() + " is a file, not a directory");
+    EXPECT_NOT_CONTAINS(r.err, "filesystem error");
   }
   const auto logits =
       phasekv("logits --model " + kv_chunked() + " --tokens 1 --out " + dir.string());
-  EXPECT_TRUE(has(logits.err, "--out: " + dir.string() + " is a directory")) << logits.err;
+  EXPECT_CONTAINS(logits.err, "--out: " + dir.string() + " is a directory");
   // Below the flags, the library's own directory creation says the same, naming the file.
-  try {
-    ensure_directory((file / "a" / "b").string());
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), file.string() + " is a file, not a directory")) << e.what();
-  }
+  EXPECT_TRUE(test::throws_containing([&] { ensure_directory((file / "a" / "b").string()); },
+                                      file.string() + " is a file, not a directory"));
   EXPECT_EQ(output_dir_problem((dir / "new" / "deeper").string()), "");
   fs::remove_all(dir);
 }
@@ -165,19 +153,18 @@ TEST(Cli, CompareNeedsOutAndWarnsWhenTheModuliDiffer) {
 
   const auto no_out = phasekv("compare " + a + " " + b);
   EXPECT_NE(no_out.status, 0);
-  EXPECT_TRUE(has(no_out.err, "phasekv: error: --out is required")) << no_out.err;
+  EXPECT_CONTAINS(no_out.err, "phasekv: error: --out is required");
 
   const auto same = phasekv("compare " + a + " " + b + " --out " + (dir / "ab").string());
   EXPECT_EQ(same.status, 0) << same.err;
-  EXPECT_FALSE(has(same.err, "warning")) << same.err;
-  EXPECT_FALSE(has(test::slurp(dir / "ab" / "compare.html"), "class=\"warning\""));
+  EXPECT_NOT_CONTAINS(same.err, "warning");
+  EXPECT_NOT_CONTAINS(test::slurp(dir / "ab" / "compare.html"), "class=\"warning\"");
 
   const auto mixed = phasekv("compare " + a + " " + c + " --out " + (dir / "ac").string());
   EXPECT_EQ(mixed.status, 0) << mixed.err;
-  EXPECT_TRUE(has(mixed.err, "phasekv: warning: the sweeps have different moduli (" + a +
-                                 ": M = 8, " + c + ": M = 24)"))
-      << mixed.err;
-  EXPECT_TRUE(has(test::slurp(dir / "ac" / "compare.html"), "class=\"warning\""));
+  EXPECT_CONTAINS(mixed.err, "phasekv: warning: the sweeps have different moduli (" + a +
+                                 ": M = 8, " + c + ": M = 24)");
+  EXPECT_CONTAINS(test::slurp(dir / "ac" / "compare.html"), "class=\"warning\"");
   fs::remove_all(dir);
 }
 
@@ -213,12 +200,11 @@ TEST(Cli, TheInstalledBinaryFindsTheBundledModels) {
   const auto installed = test::run_command(cd + (dir / "prefix" / "bin" / "phasekv").string() +
                                            " info models/kv-chunked");
   EXPECT_EQ(installed.status, 0) << installed.err;
-  EXPECT_TRUE(
-      has(installed.out, (dir / "prefix" / "share" / "phasekv" / "models" / "kv-chunked").string()))
-      << installed.out;
+  EXPECT_CONTAINS(installed.out,
+                  (dir / "prefix" / "share" / "phasekv" / "models" / "kv-chunked").string());
   const auto built = test::run_command(cd + kBin + " info models/kv-chunked");
   EXPECT_NE(built.status, 0);
-  EXPECT_TRUE(has(built.err, "models/kv-chunked")) << built.err;
+  EXPECT_CONTAINS(built.err, "models/kv-chunked");
   fs::remove_all(dir);
 }
 

@@ -15,14 +15,7 @@
 namespace phasekv {
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 
 nlohmann::json base_json() {
   return nlohmann::json::parse(R"({"vocab_size": 32, "d_model": 32, "n_layers": 2, "n_heads": 4,
@@ -48,42 +41,39 @@ TEST(Config, ErrorsNameTheKeyAndWhatIsAllowed) {
   auto j = base_json();
   j["attention"]["strid"] = 4;
   auto msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("cfg.json"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("'strid'"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("stride"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "cfg.json");
+  EXPECT_CONTAINS(msg, "'strid'");
+  EXPECT_CONTAINS(msg, "stride");
 
   j = base_json();
   j["attention"]["gate"] = "max";
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("scalar|vector|mean"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "scalar|vector|mean");
 
   j = base_json();
   j["attention"]["width"] = 2;
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("'width' (2) must be >= stride (4)"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "'width' (2) must be >= stride (4)");
 
   j = base_json();
   j["n_heads"] = 3;
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("multiple of n_kv_heads"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "multiple of n_kv_heads");
 
   j = base_json();
   j["attention"]["grid_offset"] = 4;  // stride 4: allowed 0..3
   j["layers"][0]["grid_offset"] = 0;  // layer 0 is full attention
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("'grid_offset' must be in [0, stride) = [0, 4), got 4"), std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "'grid_offset' must be in [0, stride) = [0, 4), got 4");
   j["attention"]["grid_offset"] = 3;
   j["layers"][0].erase("grid_offset");  // layer 0 (full attention) inherits 3
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("layers[0]: 'grid_offset' applies to chunked layers only"),
-            std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "layers[0]: 'grid_offset' applies to chunked layers only");
 
   j = base_json();
   j["d_model"] = "big";
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("'d_model' has the wrong type"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "'d_model' has the wrong type");
 }
 
 // Per-KV-head grids: one offset per KV head, each in [0, S), chunked layers only, not with a
@@ -103,7 +93,7 @@ TEST(Config, KvHeadOffsetsFormGridGroups) {
   EXPECT_EQ(groups[1].attn.grid_offset, 3);
   EXPECT_EQ(groups[2].attn.grid_offset, 1);
   EXPECT_TRUE(groups[2].attn.kv_head_offsets.empty());
-  EXPECT_NE(describe(c.layers[1]).find("head-offsets=0,0,3,1"), std::string::npos);
+  EXPECT_CONTAINS(describe(c.layers[1]), "head-offsets=0,0,3,1");
   auto again = model_config_from_json(model_config_to_json(c), "again");
   EXPECT_EQ(again.layers[1].kv_head_offsets, c.layers[1].kv_head_offsets);
   // Without offsets: one group of every head, the layer's own config.
@@ -113,33 +103,27 @@ TEST(Config, KvHeadOffsetsFormGridGroups) {
 
   j["layers"][1]["kv_head_offsets"] = {0, 2};
   auto msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("layers[1]: 'kv_head_offsets' needs one offset per KV head (n_kv_heads = 4), "
-                     "got 2"),
-            std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg,
+                  "layers[1]: 'kv_head_offsets' needs one offset per KV head (n_kv_heads = 4), "
+                  "got 2");
   j["layers"][1]["kv_head_offsets"] = {0, 1, 2, 4};
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("kv_head_offsets[3] must be in [0, stride) = [0, 4), got 4"),
-            std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "kv_head_offsets[3] must be in [0, stride) = [0, 4), got 4");
   j["layers"][1]["kv_head_offsets"] = {0, 1, 2, 3};
   j["layers"][1]["grid_offset"] = 1;
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("set 'grid_offset' or 'kv_head_offsets', not both"), std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "set 'grid_offset' or 'kv_head_offsets', not both");
   j["layers"][1].erase("grid_offset");
   j["layers"][0]["kv_head_offsets"] = {0, 1, 2, 3};
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("layers[0]: 'kv_head_offsets' applies to chunked layers only"),
-            std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "layers[0]: 'kv_head_offsets' applies to chunked layers only");
   j["layers"][0].erase("kv_head_offsets");
   j["layers"][1]["kv_head_offsets"] = "0,1";
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("'kv_head_offsets' must be a list of integers"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "'kv_head_offsets' must be a list of integers");
   j["layers"][1]["kv_head_offsets"] = {0, 1.5, 2, 3};
   msg = error_of([&] { model_config_from_json(j, "cfg.json"); });
-  EXPECT_NE(msg.find("kv_head_offsets[1]"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "kv_head_offsets[1]");
 }
 
 struct TempDir {
@@ -180,19 +164,19 @@ TEST(ModelDir, CorruptionGivesNamedErrors) {
   auto bytes = read_file(w);
   write_file_atomic(w, bytes.substr(0, bytes.size() - 100));
   auto msg = error_of([&] { load_model_dir(dir.path); });
-  EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("final_norm.weight"), std::string::npos) << msg;  // the last tensor written
-  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "model.safetensors");
+  EXPECT_CONTAINS(msg, "final_norm.weight");  // the last tensor written
+  EXPECT_CONTAINS(msg, "truncated");
   // A config that no longer matches the weights: name the tensor and both shapes.
   write_file_atomic(w, bytes);
   auto j = base_json();
   j["d_ff"] = 40;
   write_file_atomic(dir.path + "/config.json", j.dump());
   msg = error_of([&] { load_model_dir(dir.path); });
-  EXPECT_NE(msg.find("w_gate.weight"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("[40, 32]"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "w_gate.weight");
+  EXPECT_CONTAINS(msg, "[40, 32]");
   msg = error_of([&] { load_model_dir(dir.path + "/nope"); });
-  EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "does not exist");
 }
 
 }  // namespace

@@ -131,8 +131,7 @@ TEST_F(ConformTest, SameModelConformsAPortBugIsFlaggedAtItsPhase) {
   EXPECT_EQ(one.jumps[0].r, 3);
   EXPECT_NEAR(one.jumps[0].dlogprob, 0.4, 1e-6);
   EXPECT_EQ(one.verdict.rfind("deviates at every phase", 0), 0u) << one.verdict;
-  EXPECT_NE(one.verdict.find("1 isolated jump at example 4 r = 3 (0.4)"), std::string::npos)
-      << one.verdict;
+  EXPECT_CONTAINS(one.verdict, "1 isolated jump at example 4 r = 3 (0.4)");
 
   const SweepOptions noisy_o = options("noisy");
   FakeEngine noisy(local, noisy_o, -1, 0.0, 0.05);  // the same deviation at every phase
@@ -198,7 +197,7 @@ TEST_F(ConformTest, TheCommandReportsEveryConditionOfAServedModel) {
                            " --out " + out.string() + " --modulus 8 --examples 3 --seed 3";
   const test::CommandResult one = test::run_command(base + " --condition c1");
   ASSERT_EQ(one.status, 0) << one.out << one.err;
-  EXPECT_NE(one.out.find("c1: conforms within 1.0e-03"), std::string::npos) << one.out;
+  EXPECT_CONTAINS(one.out, "c1: conforms within 1.0e-03");
   const test::CommandResult three = test::run_command(base + " --condition c3 --concurrency 3");
   ASSERT_EQ(three.status, 0) << three.out << three.err;
   const nlohmann::json report = read_json_file((out / "conform.json").string());
@@ -212,11 +211,11 @@ TEST_F(ConformTest, TheCommandReportsEveryConditionOfAServedModel) {
   EXPECT_EQ(test::sorted_lines(out / "conform.csv").size(), 1u + 2u * 8u);
   const test::CommandResult bad = test::run_command(base + " --condition reference");
   EXPECT_EQ(bad.status, 2);
-  EXPECT_NE(bad.err.find("--condition 'reference'"), std::string::npos) << bad.err;
+  EXPECT_CONTAINS(bad.err, "--condition 'reference'");
   // Pieces through the prompt cache are llama.cpp's /completion only.
   const test::CommandResult pieces = test::run_command(base + " --condition p2 --prefill-pieces 2");
   EXPECT_EQ(pieces.status, 2);
-  EXPECT_NE(pieces.err.find("--prefill-pieces"), std::string::npos) << pieces.err;
+  EXPECT_CONTAINS(pieces.err, "--prefill-pieces");
 }
 
 }  // namespace

@@ -56,13 +56,9 @@ Corpus make_corpus(const std::string& name) {
   return c;
 }
 
-void expect_error(const json& j, const std::string& fragment) {
-  try {
-    train_config_from_json(j, "t.toml", ".");
-    ADD_FAILURE() << "accepted; expected an error with: " << fragment;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
-  }
+// The training config `j` is refused with an error containing `fragment`.
+::testing::AssertionResult refused_with(const json& j, const std::string& fragment) {
+  return test::throws_containing([&] { train_config_from_json(j, "t.toml", "."); }, fragment);
 }
 
 TEST(CorpusTraining, ConfigErrorsNameTheKey) {
@@ -76,28 +72,30 @@ TEST(CorpusTraining, ConfigErrorsNameTheKey) {
 
   json j = ok;
   j["task"] = json::parse(R"({"name": "kv"})");
-  expect_error(j, "[task] and [corpus] are both given");
+  EXPECT_TRUE(refused_with(j, "[task] and [corpus] are both given"));
   j = ok;
   j["model"]["vocab_size"] = 1000;
-  expect_error(j, "has 1024 tokens but [model] vocab_size is 1000");
+  EXPECT_TRUE(refused_with(j, "has 1024 tokens but [model] vocab_size is 1000"));
   j = ok;
   j["train"]["offset_randomization"] = 8;
-  expect_error(j, "key 'offset_randomization' applies to [task] training only");
+  EXPECT_TRUE(refused_with(j, "key 'offset_randomization' applies to [task] training only"));
   j = ok;
   j["corpus"]["context_len"] = 65;
-  expect_error(j, "key 'context_len' is 65 (allowed: 2 to the model's max_context = 64)");
+  EXPECT_TRUE(
+      refused_with(j, "key 'context_len' is 65 (allowed: 2 to the model's max_context = 64)"));
   j = ok;
   j["corpus"]["tokenizer"] = c.dir.string();  // a directory without tokenizer.json
-  expect_error(j, "has no tokenizer.json");
+  EXPECT_TRUE(refused_with(j, "has no tokenizer.json"));
   j = ok;
   j["corpus"]["manifest"] = (c.dir / "none.json").string();
-  expect_error(j, "key 'manifest': " + (c.dir / "none.json").string() + " does not exist");
+  EXPECT_TRUE(
+      refused_with(j, "key 'manifest': " + (c.dir / "none.json").string() + " does not exist"));
   j = ok;
   j["corpus"]["stride"] = 4;
-  expect_error(j, "[corpus]: unknown key 'stride'");
+  EXPECT_TRUE(refused_with(j, "[corpus]: unknown key 'stride'"));
   j = ok;
   j.erase("corpus");
-  expect_error(j, "missing section [task] (or [corpus])");
+  EXPECT_TRUE(refused_with(j, "missing section [task] (or [corpus])"));
   fs::remove_all(c.dir);
 }
 

@@ -87,10 +87,8 @@ TEST(DiskFull, ASweepThatCannotAppendKeepsWholeRecordsAndARerunCompletesIdentica
   const fs::path out = dir / "full";
   const Exit full = run_phasekv(with_out(out), dir / "full.log", 16384);
   EXPECT_EQ(full.status, 2) << full.log;
-  EXPECT_NE(full.log.find("cannot append to " + (out / "results.jsonl").string() +
-                          ": File too large"),
-            std::string::npos)
-      << full.log;
+  EXPECT_CONTAINS(full.log,
+                  "cannot append to " + (out / "results.jsonl").string() + ": File too large");
   const std::string text = test::slurp(out / "results.jsonl");
   ASSERT_FALSE(text.empty()) << "the first batch fits";
   EXPECT_LE(text.size(), 16384u);
@@ -139,14 +137,13 @@ TEST(DiskFull, TrainingThatCannotSaveLeavesNoPartialFileAndResumesIdentically) {
   const fs::path a = dir / "a";
   const Exit no_room = run_phasekv(train(a), dir / "a.log", 4096);
   EXPECT_EQ(no_room.status, 2) << no_room.log;
-  EXPECT_NE(no_room.log.find("cannot write " + (a / "checkpoint.tmp" / "model.safetensors").string() +
-                             ": File too large"),
-            std::string::npos)
-      << no_room.log;
+  EXPECT_CONTAINS(
+      no_room.log,
+      "cannot write " + (a / "checkpoint.tmp" / "model.safetensors").string() + ": File too large");
   EXPECT_FALSE(fs::exists(a / "checkpoint"));
   EXPECT_FALSE(fs::exists(a / "model.safetensors"));
   for (const auto& f : fs::recursive_directory_iterator(a))
-    EXPECT_EQ(f.path().string().find(".tmp."), std::string::npos) << "left behind: " << f.path();
+    EXPECT_NOT_CONTAINS(f.path().string(), ".tmp.") << "left behind: " << f.path();
   const Exit again = run_phasekv(train(a), dir / "a2.log", 0);
   ASSERT_EQ(again.status, 0) << again.log;
   EXPECT_TRUE(test::slurp(a / "model.safetensors") == ref_model) << "a rerun trains identically";
@@ -158,12 +155,12 @@ TEST(DiskFull, TrainingThatCannotSaveLeavesNoPartialFileAndResumesIdentically) {
   const Exit later = run_phasekv(train(b), dir / "b.log", (weights_bytes + optimizer_bytes) / 2,
                                  [&] { return fs::exists(b / "checkpoint" / "state.json"); });
   EXPECT_EQ(later.status, 2) << later.log;
-  EXPECT_NE(later.log.find("optimizer.pt: File too large"), std::string::npos) << later.log;
+  EXPECT_CONTAINS(later.log, "optimizer.pt: File too large");
   EXPECT_FALSE(fs::exists(b / "model.safetensors"));
   ASSERT_TRUE(fs::exists(b / "checkpoint" / "state.json"));
   const Exit resumed = run_phasekv(train(b, {"--resume"}), dir / "b2.log", 0);
   ASSERT_EQ(resumed.status, 0) << resumed.log;
-  EXPECT_NE(resumed.log.find("resumed from step"), std::string::npos) << resumed.log;
+  EXPECT_CONTAINS(resumed.log, "resumed from step");
   EXPECT_TRUE(test::slurp(b / "model.safetensors") == ref_model) << "the resumed run's model";
   fs::remove_all(dir);
 }

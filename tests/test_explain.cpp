@@ -171,8 +171,8 @@ TEST(Knockout, TheChunkedModelDependsOnEveryLayerAndTheControlNotOnLayer0) {
   EXPECT_GT(r.clean.phases[1].acc, 0.9);
   // Outputs, and a resume that scores nothing.
   write_knockout_outputs(o.sweep.out_dir, r);
-  EXPECT_NE(test::slurp(dir / "chunked" / "knockout.svg").find("L1.H0"), std::string::npos);
-  EXPECT_NE(test::slurp(dir / "chunked" / "knockout.csv").find("L0.H0,0,0,3,40,"), std::string::npos);
+  EXPECT_CONTAINS(test::slurp(dir / "chunked" / "knockout.svg"), "L1.H0");
+  EXPECT_CONTAINS(test::slurp(dir / "chunked" / "knockout.csv"), "L0.H0,0,0,3,40,");
   const KnockoutResult again = run_knockout(chunked, o);
   EXPECT_EQ(again.run.scored, 0);
   EXPECT_EQ(again.effects[1].mean_drop_pp, r.effects[1].mean_drop_pp);
@@ -265,7 +265,7 @@ TEST(Gates, AMeanGateIsUniformAndADominantBiasIsOneHotOnItsSlot) {
   EXPECT_EQ(r.trajectory[0].step, 100);
   EXPECT_EQ(r.trajectory[2].name, "model");
   write_gates_outputs(dir.string(), r);
-  EXPECT_NE(test::slurp(dir / "gates_plane.svg").find("<path"), std::string::npos);
+  EXPECT_CONTAINS(test::slurp(dir / "gates_plane.svg"), "<path");
 
   AttentionConfig full;
   Decoder f = test::make_model(test::tiny_config(full), 1);
@@ -350,9 +350,9 @@ TEST(GateCycle, ShiftByWReproducesTheUnshiftedRecordsAndLayer0MovesTheWeakSpot) 
   e.command = "phasekv explain report ...";
   write_explanation(e);
   const std::string page = test::slurp(e.out);
-  EXPECT_NE(page.find("## Gate cycling"), std::string::npos);
-  EXPECT_NE(page.find("does not recover under 1 of 1 shifts"), std::string::npos) << page;
-  EXPECT_NE(page.find("(EXPLANATION/kv-chunked-gate_cycle.svg)"), std::string::npos) << page;
+  EXPECT_CONTAINS(page, "## Gate cycling");
+  EXPECT_CONTAINS(page, "does not recover under 1 of 1 shifts");
+  EXPECT_CONTAINS(page, "(EXPLANATION/kv-chunked-gate_cycle.svg)");
   EXPECT_TRUE(fs::exists(dir / "doc" / "EXPLANATION" / "kv-chunked-gate_cycle.svg"));
   EXPECT_THROW(load_analysis(dir.string()), Error);
 }

@@ -10,6 +10,7 @@
 #include "model/attend_fast.h"
 #include "model/fused.h"
 #include "model/precision.h"
+#include "test_util.h"
 
 using namespace phasekv;
 
@@ -137,11 +138,10 @@ TEST(Fused, ReferencePathBypassesTheKernels) {
   auto x = torch::randn({4, 8}).requires_grad_(true);
   auto w = torch::ones({8});
   auto fused = rms_norm(x, w, 1e-6);
-  EXPECT_NE(fused.grad_fn()->name().find("RMSNormFn"), std::string::npos)
-      << fused.grad_fn()->name();
+  EXPECT_CONTAINS(fused.grad_fn()->name(), "RMSNormFn");
   AttentionPathGuard guard(AttentionPath::kReference);
   auto ref = rms_norm(x, w, 1e-6);
-  EXPECT_EQ(ref.grad_fn()->name().find("RMSNormFn"), std::string::npos) << ref.grad_fn()->name();
+  EXPECT_NOT_CONTAINS(ref.grad_fn()->name(), "RMSNormFn");
   EXPECT_LT(max_rel_err(fused.detach(), ref.detach()), 1e-6);
 }
 
@@ -294,7 +294,7 @@ TEST(Fused, BatchedMatmulMatchesMatmulWithTailsAndTransposes) {
         auto gy = torch::randn(shape(s.M, s.N), torch::kFloat64);
         auto f = [&](const std::vector<torch::Tensor>& in) {
           auto y = batched_matmul(in[0], in[1], trans_b);
-          EXPECT_NE(y.grad_fn()->name().find("BatchedMatmulFn"), std::string::npos);
+          EXPECT_CONTAINS(y.grad_fn()->name(), "BatchedMatmulFn");
           return y;
         };
         auto r = [&](const std::vector<torch::Tensor>& in) {
@@ -322,26 +322,23 @@ TEST(Fused, BatchedMatmulLeavesBf16AutocastAndLargeF64ProductsToLibtorch) {
     return batched_matmul(a.requires_grad_(true), b, false).grad_fn()->name();
   };
   const std::string fused = "BatchedMatmulFn";
-  EXPECT_NE(node(torch::randn({2, 8, 4}), torch::randn({2, 4, 8})).find(fused), std::string::npos);
+  EXPECT_CONTAINS(node(torch::randn({2, 8, 4}), torch::randn({2, 4, 8})), fused);
   // 128 x 64 x 64 multiply-adds per matrix: past the small kernel, f32 through oneDNN, f64
   // (gradient checks only) through libtorch.
-  EXPECT_NE(node(torch::randn({2, 128, 64}), torch::randn({2, 64, 64})).find(fused),
-            std::string::npos);
-  EXPECT_EQ(
-      node(torch::randn({2, 128, 64}, torch::kFloat64), torch::randn({2, 64, 64}, torch::kFloat64))
-          .find(fused),
-      std::string::npos);
-  EXPECT_EQ(
-      node(torch::randn({2, 8, 4}, torch::kBFloat16), torch::randn({2, 4, 8}, torch::kBFloat16))
-          .find(fused),
-      std::string::npos);
+  EXPECT_CONTAINS(node(torch::randn({2, 128, 64}), torch::randn({2, 64, 64})), fused);
+  EXPECT_NOT_CONTAINS(
+      node(torch::randn({2, 128, 64}, torch::kFloat64), torch::randn({2, 64, 64}, torch::kFloat64)),
+      fused);
+  EXPECT_NOT_CONTAINS(
+      node(torch::randn({2, 8, 4}, torch::kBFloat16), torch::randn({2, 4, 8}, torch::kBFloat16)),
+      fused);
   {
     PrecisionGuard autocast(Precision::kBf16, /*force=*/true);
     auto y = batched_matmul(torch::randn({2, 8, 4}), torch::randn({2, 4, 8}), false);
     EXPECT_EQ(y.scalar_type(), torch::kBFloat16);  // libtorch's autocast matmul ran
   }
   AttentionPathGuard guard(AttentionPath::kReference);
-  EXPECT_EQ(node(torch::randn({2, 8, 4}), torch::randn({2, 4, 8})).find(fused), std::string::npos);
+  EXPECT_NOT_CONTAINS(node(torch::randn({2, 8, 4}), torch::randn({2, 4, 8})), fused);
 }
 
 TEST(Fused, LinearMatchesFunctionalLinearWithAndWithoutBias) {
@@ -352,7 +349,7 @@ TEST(Fused, LinearMatchesFunctionalLinearWithAndWithoutBias) {
   auto gy = torch::randn({3, 37, 19}, torch::kFloat64);
   auto with_bias = [](const std::vector<torch::Tensor>& in) {
     auto y = linear(in[0], in[1], in[2]);
-    EXPECT_NE(y.grad_fn()->name().find("LinearFn"), std::string::npos);
+    EXPECT_CONTAINS(y.grad_fn()->name(), "LinearFn");
     return y;
   };
   auto ref_bias = [](const std::vector<torch::Tensor>& in) {

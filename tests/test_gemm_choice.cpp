@@ -10,6 +10,7 @@
 #include "kernels/gemm_choice.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "test_util.h"
 
 using namespace phasekv;
 using namespace phasekv::kernels;
@@ -150,8 +151,8 @@ TEST(GemmChoice, FixedPoliciesAndAnUnknownOne) {
     GemmChooser bad("", "fastest");
     FAIL() << "an unknown policy was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("PHASEKV_GEMM"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("auto, onednn, openblas"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "PHASEKV_GEMM");
+    EXPECT_CONTAINS(e.what(), "auto, onednn, openblas");
   }
 }
 

@@ -105,8 +105,8 @@ TEST(HardeningServe, SecondServerOnAPortInUseFails) {
       "serve --model " + model.string() + " --port " + port + " --torch-threads 1", dir);
   EXPECT_NE(second.status, 0) << second.err;
   EXPECT_NE(second.status, 124) << "the second server ran until the timeout: " << second.err;
-  EXPECT_TRUE(has(second.err, "address in use")) << second.err;
-  EXPECT_TRUE(has(second.err, ":" + port)) << second.err;
+  EXPECT_CONTAINS(second.err, "address in use");
+  EXPECT_CONTAINS(second.err, ":" + port);
   EXPECT_EQ(first.stop(), 0) << first.log();
   fs::remove_all(dir);
 }
@@ -130,7 +130,7 @@ TEST(HardeningSizes, AHugePhaseGridIsRefusedBeforeAnyAllocation) {
   for (const auto& c : cases) {
     const CmdResult r = phasekv("sweep " + base + " " + c.flags, dir);
     EXPECT_EQ(r.status, 2) << c.flags << "\n" << r.err;
-    EXPECT_TRUE(has(r.err, c.message)) << c.flags << "\n" << r.err;
+    EXPECT_CONTAINS(r.err, c.message) << c.flags << "\n" << r.err;
     EXPECT_FALSE(fs::exists(dir / "s" / "results.jsonl")) << c.flags;
   }
   fs::remove_all(dir);
@@ -149,15 +149,15 @@ TEST(HardeningSizes, AConfigLargerThanItsWeightsFailsBeforeTheModelIsBuilt) {
     load_model_dir(model.string());
     ADD_FAILURE() << "d_ff 2^21 loaded";
   } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), cfg.string() + ": its sizes imply at least")) << e.what();
-    EXPECT_TRUE(has(e.what(), "model.safetensors holds")) << e.what();
+    EXPECT_CONTAINS(e.what(), cfg.string() + ": its sizes imply at least");
+    EXPECT_CONTAINS(e.what(), "model.safetensors holds");
   }
   j["d_ff"] = 1 << 30;
   write_file_atomic(cfg.string(), j.dump());
   const CmdResult r = phasekv("logits --model " + model.string() + " --tokens 1,2", dir);
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "allowed: at most 2147483648")) << r.err;
-  EXPECT_FALSE(has(r.err, "internal")) << r.err;
+  EXPECT_CONTAINS(r.err, "allowed: at most 2147483648");
+  EXPECT_NOT_CONTAINS(r.err, "internal");
   fs::remove_all(dir);
 }
 
@@ -168,7 +168,7 @@ TEST(HardeningSizes, ATrainBatchBeyondTheLimitIsRefused) {
     train_config_from_file(p.string());
     ADD_FAILURE() << "batch = 1000000000 accepted";
   } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "'batch' is 1000000000 (allowed: 1..4096)")) << e.what();
+    EXPECT_CONTAINS(e.what(), "'batch' is 1000000000 (allowed: 1..4096)");
   }
   EXPECT_NO_THROW(train_config_from_file(write_toml(dir, toml_with("batch = 4096"), "t.toml")));
   fs::remove_all(dir);
@@ -189,14 +189,14 @@ TEST(HardeningFuzz, ANumberBeyondADoubleIsAnErrorNamingTheFile) {
       p == task ? (void)read_json_file(p.string()) : (void)model_config_from_file(p.string());
       ADD_FAILURE() << p << ": no error";
     } catch (const Error& e) {
-      EXPECT_TRUE(has(e.what(), p.string())) << e.what();
+      EXPECT_CONTAINS(e.what(), p.string());
     }
   }
   try {
     read_results(res.string());
     ADD_FAILURE() << "results.jsonl: no error";
   } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), res.string() + " line 1")) << e.what();
+    EXPECT_CONTAINS(e.what(), res.string() + " line 1");
   }
   fs::remove_all(dir);
 }
@@ -207,13 +207,8 @@ TEST(HardeningFuzz, ANumberBeyondADoubleIsAnErrorNamingTheFile) {
 TEST(HardeningFuzz, AHugeLayerCountIsRefusedBeforeAnyLayerIsBuilt) {
   const json tiny =
       json::parse(test::slurp(fs::path(PHASEKV_SOURCE_DIR) / "configs/tiny-chunked.json"));
-  auto error_of = [](const json& j) -> std::string {
-    try {
-      model_config_from_json(j, "cfg.json");
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
+  auto error_of = [](const json& j) {
+    return test::error_of([&] { model_config_from_json(j, "cfg.json"); });
   };
   json j = tiny;
   j["n_layers"] = 2147483647;
@@ -240,12 +235,8 @@ TEST(HardeningFuzz, AConfigNameTooLongIsAnErrorNamingTheFile) {
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()), (dir / base).string() + ": File name too long");
   }
-  try {
-    train_config_from_file((dir / base).string());
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "File name too long")) << e.what();
-  }
+  EXPECT_TRUE(test::throws_containing([&] { train_config_from_file((dir / base).string()); },
+                                      "File name too long"));
   fs::remove_all(dir);
 }
 
@@ -272,7 +263,7 @@ TEST(HardeningThreads, FlagsOutOfRangeAreRefusedNamingTheFlagAndRange) {
     const CmdResult r = phasekv(c.args, dir);
     EXPECT_NE(r.status, 0) << c.args << "\n" << r.err;
     EXPECT_NE(r.status, 124) << c.args << ": ran until the timeout\n" << r.err;
-    EXPECT_TRUE(has(r.err, c.flag)) << c.args << "\n" << r.err;
+    EXPECT_CONTAINS(r.err, c.flag) << c.args << "\n" << r.err;
     EXPECT_TRUE(has(r.err, "allowed: 0..") || has(r.err, "range 1 to 1024")) << c.args << "\n"
                                                                              << r.err;
   }
@@ -288,8 +279,8 @@ TEST(HardeningThreads, TomlThreadsOutOfRangeAreRefused) {
       train_config_from_file(p.string());
       ADD_FAILURE() << v << ": no error";
     } catch (const Error& e) {
-      EXPECT_TRUE(has(e.what(), "'threads'")) << e.what();
-      EXPECT_TRUE(has(e.what(), "allowed: 0..")) << e.what();
+      EXPECT_CONTAINS(e.what(), "'threads'");
+      EXPECT_CONTAINS(e.what(), "allowed: 0..");
     }
   }
   EXPECT_NO_THROW(train_config_from_file(write_toml(dir, toml_with("threads = 0"), "t.toml")));
@@ -307,8 +298,8 @@ TEST(HardeningIntegers, ModelConfigVocabOf2To32Plus85IsAnErrorNotVocab85) {
     const ModelConfig c = model_config_from_file((dir / "config.json").string());
     ADD_FAILURE() << "read as vocab_size " << c.vocab_size;
   } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "vocab_size")) << e.what();
-    EXPECT_TRUE(has(e.what(), "4294967381")) << e.what();
+    EXPECT_CONTAINS(e.what(), "vocab_size");
+    EXPECT_CONTAINS(e.what(), "4294967381");
   }
   fs::remove_all(dir);
 }
@@ -328,9 +319,9 @@ TEST(HardeningIntegers, TomlStepsAndSeedOutOfRangeNameTheValueAsWritten) {
       ADD_FAILURE() << line << ": accepted (steps " << c.train.steps << ", seed " << c.train.seed
                     << ")";
     } catch (const Error& e) {
-      EXPECT_TRUE(has(e.what(), value)) << line << ": " << e.what();
+      EXPECT_CONTAINS(e.what(), value) << line << ": " << e.what();
       if (!value.empty()) {
-        EXPECT_TRUE(has(e.what(), line.substr(0, line.find(' ')))) << e.what();
+        EXPECT_CONTAINS(e.what(), line.substr(0, line.find(' ')));
       }
     }
   }
@@ -343,15 +334,15 @@ TEST(HardeningIntegers, CliIntegersDoNotWrap) {
   // A uint64_t flag: CLI11 reads "-1" as 2^64 - 1.
   CmdResult r = phasekv("init --config " + cfg + " --out " + (dir / "m").string() + " --seed -1", dir);
   EXPECT_NE(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "--seed")) << r.err;
-  EXPECT_TRUE(has(r.err, "-1")) << r.err;
+  EXPECT_CONTAINS(r.err, "--seed");
+  EXPECT_CONTAINS(r.err, "-1");
   EXPECT_FALSE(fs::exists(dir / "m"));
   const fs::path toml = write_toml(dir, kTrainToml, "t.toml");
   r = phasekv("train --config " + toml.string() + " --out " + (dir / "t").string() +
                   " --steps 4294967297",
               dir);
   EXPECT_NE(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "4294967297")) << r.err;
+  EXPECT_CONTAINS(r.err, "4294967297");
   EXPECT_FALSE(fs::exists(dir / "t" / "model.safetensors"));
   fs::remove_all(dir);
 }
@@ -380,7 +371,7 @@ TEST(HardeningTrain, SeedOverrideIsRecordedAndNeededOnResume) {
   EXPECT_EQ(r.status, 0) << r.err;
   r = phasekv(train_args(toml, dir / "out") + " --resume", dir);
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "train.seed")) << r.err;
+  EXPECT_CONTAINS(r.err, "train.seed");
   fs::remove_all(dir);
 }
 
@@ -390,7 +381,7 @@ TEST(HardeningTrain, StepsBelowOneAreRejected) {
   for (const char* s : {"0", "-1"}) {
     const CmdResult r = phasekv(train_args(toml, dir / "out") + " --steps " + s, dir);
     EXPECT_EQ(r.status, 2) << s << ": " << r.err;
-    EXPECT_TRUE(has(r.err, "--steps is " + std::string(s))) << r.err;
+    EXPECT_CONTAINS(r.err, "--steps is " + std::string(s));
     EXPECT_FALSE(fs::exists(dir / "out" / "model.safetensors")) << s;
   }
   fs::remove_all(dir);
@@ -408,15 +399,15 @@ TEST(HardeningTrain, AFinishedModelIsNotOverwrittenWithoutForce) {
   const fs::path other = write_toml(dir, toml_with("seed = 6"), "other.toml");
   r = phasekv(train_args(other, out), dir);
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "already holds a finished model")) << r.err;
-  EXPECT_TRUE(has(r.err, "--force")) << r.err;
+  EXPECT_CONTAINS(r.err, "already holds a finished model");
+  EXPECT_CONTAINS(r.err, "--force");
   EXPECT_EQ(test::slurp(out / "model.safetensors"), weights) << "the model was replaced";
   // --force trains afresh and replaces it.
   r = phasekv(train_args(other, out) + " --force", dir);
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(test::slurp(out / "model.safetensors"), weights);
   EXPECT_EQ(log_lines(out), 6);
-  EXPECT_TRUE(has(test::slurp(out / "train.json"), "\"seed\": 6"));
+  EXPECT_CONTAINS(test::slurp(out / "train.json"), "\"seed\": 6");
   r = phasekv(train_args(other, out) + " --force --resume", dir);
   EXPECT_EQ(r.status, 2) << r.err;
   fs::remove_all(dir);
@@ -435,7 +426,7 @@ TEST(HardeningTrain, ASecondTrainingIntoARunningOneIsRefused) {
     for (const char* extra : {"", " --force", " --resume"}) {
       const CmdResult r = phasekv(train_args(toml, out) + extra, dir);
       EXPECT_EQ(r.status, 2) << extra << ": " << r.err;
-      EXPECT_TRUE(has(r.err, "is in use by another run")) << r.err;
+      EXPECT_CONTAINS(r.err, "is in use by another run");
       EXPECT_EQ(test::slurp(out / "model.safetensors"), weights) << extra;
       EXPECT_EQ(log_lines(out), 6) << extra;
     }
@@ -460,7 +451,7 @@ TEST(HardeningTrain, ResumingAFinishedRunReportsItsFiguresNotZeros) {
   ASSERT_EQ(again.status, 0) << again.err;
   ASSERT_FALSE(summary(first.err).empty()) << first.err;
   EXPECT_EQ(summary(again.err), summary(first.err));
-  EXPECT_EQ(summary(again.err).find("loss 0,"), std::string::npos) << again.err;
+  EXPECT_NOT_CONTAINS(summary(again.err), "loss 0,") << again.err;
   EXPECT_EQ(log_lines(out), 6) << "nothing was trained or logged again";
   fs::remove_all(dir);
 }
@@ -473,19 +464,15 @@ TEST(HardeningTrain, ACheckpointIsNotOverwrittenWithoutForce) {
   train(cfg, out.string(), false, /*stop_after=*/5);  // killed after step 5: a step-4 checkpoint
   ASSERT_TRUE(fs::exists(out / "checkpoint"));
   ASSERT_FALSE(fs::exists(out / "model.safetensors"));
-  try {
-    train(cfg, out.string(), false);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_TRUE(has(e.what(), "already holds a checkpoint")) << e.what();
-  }
+  EXPECT_TRUE(test::throws_containing([&] { train(cfg, out.string(), false); },
+                                      "already holds a checkpoint"));
   const CmdResult r = phasekv(train_args(toml, out), dir);
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "--resume")) << r.err;
+  EXPECT_CONTAINS(r.err, "--resume");
   // The checkpoint is intact: resuming reaches the end.
   const CmdResult resumed = phasekv(train_args(toml, out) + " --resume", dir);
   EXPECT_EQ(resumed.status, 0) << resumed.err;
-  EXPECT_TRUE(has(resumed.err, "resumed from step 4")) << resumed.err;
+  EXPECT_CONTAINS(resumed.err, "resumed from step 4");
   EXPECT_EQ(log_lines(out), 6);
   fs::remove_all(dir);
 }
@@ -507,7 +494,7 @@ TEST(HardeningTrain, AResumeWithAChangedConfigIsRefusedNamingTheKey) {
     const fs::path changed = write_toml(dir, toml_with(c.line), "changed.toml");
     const CmdResult r = phasekv(train_args(changed, out) + " --resume", dir);
     EXPECT_EQ(r.status, 2) << c.line << ": " << r.err;
-    EXPECT_TRUE(has(r.err, c.key)) << c.line << ": " << r.err;
+    EXPECT_CONTAINS(r.err, c.key) << c.line << ": " << r.err;
     EXPECT_EQ(test::slurp(out / "train.json"), train_json) << c.line << ": train.json rewritten";
   }
   // The step count may change (a run extended), from the flag or the file.
@@ -554,16 +541,16 @@ TEST(HardeningConfig, TomlFloatKeysMustBeFiniteAndInRange) {
       train_config_from_file(p.string());
       ADD_FAILURE() << c.line << ": accepted";
     } catch (const Error& e) {
-      EXPECT_TRUE(has(e.what(), "key '" + c.key + "' " + c.shown)) << c.line << ": " << e.what();
-      EXPECT_TRUE(has(e.what(), c.allowed)) << c.line << ": " << e.what();
+      EXPECT_CONTAINS(e.what(), "key '" + c.key + "' " + c.shown) << c.line << ": " << e.what();
+      EXPECT_CONTAINS(e.what(), c.allowed) << c.line << ": " << e.what();
     }
   }
   // The command line: a config error (exit 2) naming the key, not an internal error (exit 3).
   const fs::path p = write_toml(dir, toml_with("lr = nan"), "nan.toml");
   const CmdResult r = phasekv(train_args(p, dir / "out"), dir);
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "key 'lr' is nan")) << r.err;
-  EXPECT_FALSE(has(r.err, "internal")) << r.err;
+  EXPECT_CONTAINS(r.err, "key 'lr' is nan");
+  EXPECT_NOT_CONTAINS(r.err, "internal");
   fs::remove_all(dir);
 }
 
@@ -584,8 +571,8 @@ void expect_resume_refused(const fs::path& dir, const fs::path& toml, const fs::
   test::write_text(ckpt / d.file, bytes);
   const CmdResult r = phasekv(train_args(toml, out) + " --resume", dir);
   EXPECT_EQ(r.status, 2) << d.file << " " << d.what << ": " << r.err;
-  EXPECT_TRUE(has(r.err, (ckpt / d.file).string())) << d.file << " " << d.what << ": " << r.err;
-  for (const auto& e : d.expect) EXPECT_TRUE(has(r.err, e)) << d.what << ": " << r.err;
+  EXPECT_CONTAINS(r.err, (ckpt / d.file).string()) << d.file << " " << d.what << ": " << r.err;
+  for (const auto& e : d.expect) EXPECT_CONTAINS(r.err, e) << d.what << ": " << r.err;
   EXPECT_FALSE(fs::exists(out / "model.safetensors")) << d.what << ": the run went on";
 }
 
@@ -635,8 +622,8 @@ TEST(HardeningTrain, ACheckpointWithoutChecksumsLoadsWithAWarning) {
   fs::copy(dir / "checkpoint.saved", out / "checkpoint");
   const CmdResult r = phasekv(train_args(toml, out) + " --resume", dir);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "has no checksums")) << r.err;
-  EXPECT_TRUE(has(r.err, "resumed from step 4")) << r.err;
+  EXPECT_CONTAINS(r.err, "has no checksums");
+  EXPECT_CONTAINS(r.err, "resumed from step 4");
   EXPECT_EQ(log_lines(out), 6);
   fs::remove_all(dir);
 }
@@ -655,12 +642,12 @@ TEST(HardeningSweep, AModulusNotAMultipleOfTheStrideIsAnErrorUnlessStrideIsGiven
   const fs::path model = kv_chunked();
   CmdResult r = phasekv(sweep_args(model, dir / "s6", 6), dir);
   EXPECT_EQ(r.status, 2) << r.err;
-  EXPECT_TRUE(has(r.err, "--modulus 6 is not a multiple of the model's stride 4")) << r.err;
-  EXPECT_TRUE(has(r.err, "--stride")) << r.err;
+  EXPECT_CONTAINS(r.err, "--modulus 6 is not a multiple of the model's stride 4");
+  EXPECT_CONTAINS(r.err, "--stride");
   EXPECT_FALSE(fs::exists(dir / "s6" / "results.jsonl"));
   r = phasekv(sweep_args(model, dir / "s6", 6) + " --stride 0", dir);
   EXPECT_EQ(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "no interior/boundary split")) << r.err;
+  EXPECT_CONTAINS(r.err, "no interior/boundary split");
   fs::remove_all(dir);
 }
 
@@ -671,9 +658,9 @@ TEST(HardeningCli, ChunkZeroSaysWhatIsAllowed) {
   const CmdResult r =
       phasekv("logits --model " + model.string() + " --tokens 1,2 --stream --chunk 0", dir);
   EXPECT_NE(r.status, 0) << r.err;
-  EXPECT_TRUE(has(r.err, "--chunk")) << r.err;
-  EXPECT_TRUE(has(r.err, "allowed: an integer >= 1")) << r.err;
-  EXPECT_FALSE(has(r.err, "1797693")) << r.err;
+  EXPECT_CONTAINS(r.err, "--chunk");
+  EXPECT_CONTAINS(r.err, "allowed: an integer >= 1");
+  EXPECT_NOT_CONTAINS(r.err, "1797693");
   fs::remove_all(dir);
 }
 
@@ -686,7 +673,7 @@ TEST(HardeningSweep, ASecondRunIntoTheSameOutIsRefused) {
     const DirLock running(out.string());
     const CmdResult r = phasekv(sweep_args(model, out, 8), dir);
     EXPECT_EQ(r.status, 2) << r.err;
-    EXPECT_TRUE(has(r.err, out.string() + " is in use by another run")) << r.err;
+    EXPECT_CONTAINS(r.err, out.string() + " is in use by another run");
     EXPECT_FALSE(fs::exists(out / "results.jsonl"));
   }
   const CmdResult r = phasekv(sweep_args(model, out, 8), dir);  // released: it runs

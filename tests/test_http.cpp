@@ -180,8 +180,8 @@ TEST_F(ServeTest, AuditCommandRunsBlindAndResumes) {
   EXPECT_EQ(audit["records"]["errors"], 0);
   EXPECT_EQ(read_results((out / "results.jsonl").string()).records.size(), 24u);
   const std::string log = read_file((out / "log.txt").string());
-  EXPECT_NE(log.find("items/s"), std::string::npos) << log;
-  EXPECT_NE(log.find("detected period"), std::string::npos) << log;
+  EXPECT_CONTAINS(log, "items/s");
+  EXPECT_CONTAINS(log, "detected period");
   // A rerun finds everything done and scores nothing.
   ASSERT_EQ(std::system(cmd.c_str()), 0) << read_file((out / "log.txt").string());
   EXPECT_EQ(read_results((out / "results.jsonl").string()).records.size(), 24u);
@@ -207,10 +207,8 @@ TEST_F(ServeTest, AuditSlaGateFailsAndPasses) {
   // The tiny random model does not do the task (accuracy 0.000 at every phase): no limit passes
   // it, however loose, and the verdict says why instead of "no periodic weak spot detected".
   ASSERT_EQ(audit(*served_, "random", "--max-gap 100 --min-worst 0"), 4) << read_file(log);
-  EXPECT_NE(read_file(log).find("SLA FAILED: uninformative"), std::string::npos) << read_file(log);
-  EXPECT_NE(read_file(log).find("\nuninformative: accuracy at or below the shortcut"),
-            std::string::npos)
-      << read_file(log);
+  EXPECT_CONTAINS(read_file(log), "SLA FAILED: uninformative");
+  EXPECT_CONTAINS(read_file(log), "\nuninformative: accuracy at or below the shortcut");
   // A trained model (the bundled kv-chunked, weak at its boundary phases) fails a limit it
   // misses and passes one it meets.
   Served trained({}, 40, [](const std::string& dir) {
@@ -219,9 +217,9 @@ TEST_F(ServeTest, AuditSlaGateFailsAndPasses) {
   });
   ASSERT_EQ(audit(trained, "trained", "--min-worst 0.9"), 4) << read_file(log);
   EXPECT_TRUE(fs::exists(out / "trained" / "audit.json"));
-  EXPECT_NE(read_file(log).find("SLA FAILED: worst phase "), std::string::npos) << read_file(log);
+  EXPECT_CONTAINS(read_file(log), "SLA FAILED: worst phase ");
   EXPECT_EQ(audit(trained, "trained", "--max-gap 100 --min-worst 0"), 0) << read_file(log);
-  EXPECT_NE(read_file(log).find("SLA passed: gap "), std::string::npos) << read_file(log);
+  EXPECT_CONTAINS(read_file(log), "SLA passed: gap ");
   fs::remove_all(out);
 }
 
@@ -575,9 +573,9 @@ TEST(FaultInjection, EveryRequestSucceedsOrFailsWithItsErrorAndRetriesAreCounted
   for (size_t i = 0; i < results.size(); ++i) {
     if (i % 3 == 1) {
       ++failed;
-      EXPECT_NE(results[i].error.find("HTTP 500"), std::string::npos) << results[i].error;
-      EXPECT_NE(results[i].error.find("gave up after 6 retries"), std::string::npos);
-      EXPECT_NE(results[i].error.find("/v1/completions"), std::string::npos);
+      EXPECT_CONTAINS(results[i].error, "HTTP 500");
+      EXPECT_CONTAINS(results[i].error, "gave up after 6 retries");
+      EXPECT_CONTAINS(results[i].error, "/v1/completions");
     } else {
       ++ok;
       EXPECT_TRUE(results[i].error.empty()) << results[i].error;
@@ -621,8 +619,7 @@ TEST(FaultInjection, ATimedOutRequestNamesTheTimeoutToRaise) {
   o.retries = 1;
   const auto results = HttpBackend::open(o)->score({{{0, 5}, 9}});
   ASSERT_EQ(results.size(), 1u);
-  EXPECT_NE(results[0].error.find("nothing came within --timeout-s 0.5 s"), std::string::npos)
-      << results[0].error;
+  EXPECT_CONTAINS(results[0].error, "nothing came within --timeout-s 0.5 s");
 }
 
 // A server that stops answering mid-run: the circuit breaker marks the endpoint down after
@@ -646,9 +643,9 @@ TEST(FaultInjection, AServerThatStopsAnsweringIsMarkedDownAndLaterRequestsAreNot
   EXPECT_EQ(ok, 5);
   EXPECT_GE(not_sent, 6) << "after the first failing request, none is sent";
   const std::string why = http->stop_reason();
-  EXPECT_NE(why.find("answered nothing for"), std::string::npos) << why;
-  EXPECT_NE(why.find("HTTP 502"), std::string::npos) << why;
-  EXPECT_NE(why.find("--give-up-after-s 0.3"), std::string::npos) << why;
+  EXPECT_CONTAINS(why, "answered nothing for");
+  EXPECT_CONTAINS(why, "HTTP 502");
+  EXPECT_CONTAINS(why, "--give-up-after-s 0.3");
   EXPECT_LT(http->stats().retries, 1000);
 }
 
@@ -692,10 +689,10 @@ TEST(FaultInjection, AnAuditOfADeadServerStopsResumablyWithoutAVerdict) {
   const std::string log = read_file((out / "log.txt").string());
   ASSERT_TRUE(WIFEXITED(stopped));
   EXPECT_EQ(WEXITSTATUS(stopped), 6) << log;
-  EXPECT_NE(log.find("audit stopped:"), std::string::npos) << log;
-  EXPECT_NE(log.find("rerun the same command to resume"), std::string::npos) << log;
-  EXPECT_EQ(log.find("phase-sensitive"), std::string::npos) << log;
-  EXPECT_EQ(log.find("no periodic weak spot"), std::string::npos) << log;
+  EXPECT_CONTAINS(log, "audit stopped:");
+  EXPECT_CONTAINS(log, "rerun the same command to resume");
+  EXPECT_NOT_CONTAINS(log, "phase-sensitive");
+  EXPECT_NOT_CONTAINS(log, "no periodic weak spot");
   EXPECT_FALSE(fs::exists(out / "summary.json"));
   const auto first = read_results((out / "results.jsonl").string()).records;
   EXPECT_GT(first.size(), 0u);
@@ -734,17 +731,15 @@ TEST(FaultInjection, TextAuditCompletesKeepsRecordsAndFindsThePlantedPeriod) {
   const int partial = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(partial));
   EXPECT_EQ(WEXITSTATUS(partial), 5) << read_file((out / "log.txt").string());
-  EXPECT_NE(read_file((out / "log.txt").string()).find("items ended as errors"), std::string::npos);
+  EXPECT_CONTAINS(read_file((out / "log.txt").string()), "items ended as errors");
   const int64_t errors =
       json::parse(read_file((out / "audit.json").string()))["records"]["errors"].get<int64_t>();
   EXPECT_GT(errors, 0);
   EXPECT_LT(errors, 48);
   // No verdict from the partial data: the terminal, summary.json and report.html say N of M.
   const std::string incomplete = fmt::format("{} of 48 outcomes", 48 - errors);
-  EXPECT_NE(read_file((out / "log.txt").string()).find("no verdict, incomplete: " + incomplete),
-            std::string::npos)
-      << read_file((out / "log.txt").string());
-  EXPECT_NE(read_file((out / "report.html").string()).find(incomplete), std::string::npos);
+  EXPECT_CONTAINS(read_file((out / "log.txt").string()), "no verdict, incomplete: " + incomplete);
+  EXPECT_CONTAINS(read_file((out / "report.html").string()), incomplete);
   const json partial_summary = json::parse(read_file((out / "summary.json").string()));
   EXPECT_EQ(partial_summary["complete"], false);
   EXPECT_EQ(partial_summary["planned_outcomes"], 48);
@@ -820,7 +815,7 @@ TEST(Endpoint, ParsesWhatServersPrintAndRejectsTheRest) {
       parse_endpoint(bad);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_CONTAINS(e.what(), bad);
     }
   }
 }
@@ -832,7 +827,7 @@ TEST(Endpoint, UnreachableServerAndMissingKeyFailWithTheEndpointNamed) {
     HttpBackend::open(o);
     ADD_FAILURE() << "connected to port 1";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:1"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "127.0.0.1:1");
   }
   o.api_key_env = "PHASEKV_TEST_SURELY_UNSET_VARIABLE";
   EXPECT_THROW(HttpBackend::open(o), Error);

@@ -324,21 +324,20 @@ TEST(Indexer, ConfigErrorsNameTheKey) {
   };
   nlohmann::json ch = {{"kind", "chunked"}, {"stride", 4}, {"width", 8}, {"index_topk", 2}};
   EXPECT_EQ(parse(ch), "");
-  EXPECT_NE(parse({{"kind", "full"}, {"index_topk", 2}})
-                .find("layers[0]: 'index_topk' applies to chunked layers only"),
-            std::string::npos);
+  EXPECT_CONTAINS(parse({{"kind", "full"}, {"index_topk", 2}}),
+                  "layers[0]: 'index_topk' applies to chunked layers only");
   auto bad = ch;
   bad["index_topk"] = -1;
-  EXPECT_NE(parse(bad).find("'index_topk' must be >= 0"), std::string::npos);
+  EXPECT_CONTAINS(parse(bad), "'index_topk' must be >= 0");
   bad = ch;
   bad["index_dim"] = 7;
-  EXPECT_NE(parse(bad).find("'index_dim' must be an even number >= 2"), std::string::npos);
+  EXPECT_CONTAINS(parse(bad), "'index_dim' must be an even number >= 2");
   bad = ch;
   bad["index_heads"] = 0;
-  EXPECT_NE(parse(bad).find("'index_heads' must be >= 1"), std::string::npos);
+  EXPECT_CONTAINS(parse(bad), "'index_heads' must be >= 1");
   bad = ch;
   bad["kv_head_offsets"] = {1};
-  EXPECT_NE(parse(bad).find("needs one grid: remove 'kv_head_offsets'"), std::string::npos);
+  EXPECT_CONTAINS(parse(bad), "needs one grid: remove 'kv_head_offsets'");
   // Written back (with its indexer's shape) only when indexed.
   auto c = model_config_from_json({{"n_layers", 1}, {"layers", {ch}}}, "cfg.json");
   auto j = model_config_to_json(c);

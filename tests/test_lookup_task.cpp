@@ -513,27 +513,27 @@ TEST(Lookup, ConfigErrorsNameTheKeyAndTheRange) {
   };
   EXPECT_EQ(parse_error(lookup_json()), "");
   std::string e = with("n_demos", 6);
-  EXPECT_NE(e.find("'n_demos'"), std::string::npos) << e;
-  EXPECT_NE(e.find("[0, 5]"), std::string::npos) << e;
-  EXPECT_NE(with("n_demos", -1).find("'n_demos'"), std::string::npos);
+  EXPECT_CONTAINS(e, "'n_demos'");
+  EXPECT_CONTAINS(e, "[0, 5]");
+  EXPECT_CONTAINS(with("n_demos", -1), "'n_demos'");
   e = with("context_len", 18);
-  EXPECT_NE(e.find("'context_len'"), std::string::npos) << e;
-  EXPECT_NE(e.find("[19, "), std::string::npos) << e;
-  EXPECT_NE(with("min_context_len", 18).find("'min_context_len'"), std::string::npos);
+  EXPECT_CONTAINS(e, "'context_len'");
+  EXPECT_CONTAINS(e, "[19, ");
+  EXPECT_CONTAINS(with("min_context_len", 18), "'min_context_len'");
   EXPECT_EQ(with("min_context_len", 19), "");
   e = with("n_queries", 2);
-  EXPECT_NE(e.find("'n_queries'"), std::string::npos) << e;
-  EXPECT_NE(e.find("n_demos"), std::string::npos) << e;
-  EXPECT_NE(with("record_format", "kv_sep").find("'record_format'"), std::string::npos);
-  EXPECT_NE(with("n_keys", 5).find("'n_keys'"), std::string::npos);
-  EXPECT_NE(with("n_values", 5).find("'n_values'"), std::string::npos);
-  EXPECT_NE(with("n_filler", 0).find("'n_filler'"), std::string::npos);
-  EXPECT_NE(with("target_depth", 1.5).find("'target_depth'"), std::string::npos);
-  EXPECT_NE(with("n_demos", "two").find("'n_demos'"), std::string::npos);
+  EXPECT_CONTAINS(e, "'n_queries'");
+  EXPECT_CONTAINS(e, "n_demos");
+  EXPECT_CONTAINS(with("record_format", "kv_sep"), "'record_format'");
+  EXPECT_CONTAINS(with("n_keys", 5), "'n_keys'");
+  EXPECT_CONTAINS(with("n_values", 5), "'n_values'");
+  EXPECT_CONTAINS(with("n_filler", 0), "'n_filler'");
+  EXPECT_CONTAINS(with("target_depth", 1.5), "'target_depth'");
+  EXPECT_CONTAINS(with("n_demos", "two"), "'n_demos'");
   // Demonstrations belong to lookup only.
   e = parse_error({{"name", "kv"}, {"n_demos", 1}});
-  EXPECT_NE(e.find("'n_demos'"), std::string::npos) << e;
-  EXPECT_NE(parse_error({{"name", "qa"}}).find("kv|passkey|lookup"), std::string::npos);
+  EXPECT_CONTAINS(e, "'n_demos'");
+  EXPECT_CONTAINS(parse_error({{"name", "qa"}}), "kv|passkey|lookup");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -254,9 +254,9 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   o.out_md = (t.root / "m.md").string();
   o.out_svg = (t.root / "m.svg").string();
   const std::string page = comparison_markdown(c, o);
-  EXPECT_NE(page.find("| stag | 1.000 / 1.000 / 0.0 pp"), std::string::npos) << page;
-  EXPECT_NE(page.find("1 of 2 seeds |"), std::string::npos) << page;
-  EXPECT_NE(page.find("Candidates from the suite `extra`"), std::string::npos) << page;
+  EXPECT_CONTAINS(page, "| stag | 1.000 / 1.000 / 0.0 pp");
+  EXPECT_CONTAINS(page, "1 of 2 seeds |");
+  EXPECT_CONTAINS(page, "Candidates from the suite `extra`");
   // --only keeps the baseline and the named rows, in the candidate suite's list too; an unknown
   // name is refused with the allowed ones.
   Comparison only = c;
@@ -266,44 +266,31 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   EXPECT_EQ(only.candidates[1].name, "kv2");
   EXPECT_EQ(only.candidate_suites[0].candidates, (std::vector<std::string>{"kv2"}));
   const std::string only_page = comparison_markdown(only, o);
-  EXPECT_EQ(only_page.find("| stag |"), std::string::npos);
-  EXPECT_EQ(only_page.find("| ensemble4 |"), std::string::npos) << "inference rows not kept";
+  EXPECT_NOT_CONTAINS(only_page, "| stag |");
+  EXPECT_NOT_CONTAINS(only_page, "| ensemble4 |") << "inference rows not kept";
   try {
     keep_only(only, {"stagg"});
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--only stagg: no such candidate (allowed: kv2)"),
-              std::string::npos)
-        << e.what();
+    EXPECT_CONTAINS(e.what(), "--only stagg: no such candidate (allowed: kv2)");
   }
 
   // A seed the baseline suite lacks, and another task, are refused naming suite.json and the run.
   run("kv2-seed7", chunked(2), 7);
   write_suite();
   Comparison c2 = t.build();
-  auto error_of = [](const std::function<void()>& f) -> std::string {
-    try {
-      f();
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
-  };
-  auto msg = error_of([&] {
+  auto msg = test::error_of([&] {
     add_candidate_suite(c2, base, load_suite_results(extra.string()), extra.string(), engine_cost);
   });
-  EXPECT_NE(msg.find("extra/suite.json: run \"kv2-seed7\" has train.seed 7"), std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "extra/suite.json: run \"kv2-seed7\" has train.seed 7");
   runs.erase(runs.size() - 1);
   run("other-task", chunked(1), 0, "kv");
   write_suite();
   Comparison c3 = t.build();
-  msg = error_of([&] {
+  msg = test::error_of([&] {
     add_candidate_suite(c3, base, load_suite_results(extra.string()), extra.string(), engine_cost);
   });
-  EXPECT_NE(msg.find("run \"other-task\" has another [task] than the baseline W8S8"),
-            std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "run \"other-task\" has another [task] than the baseline W8S8");
 
   // A training-time mitigation (a phase curriculum) is a candidate of its own, named by its key;
   // any other [train] change (here the learning rate) is refused.
@@ -326,12 +313,10 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   run("other-lr", chunked(1), 0, "lookup", {{"lr", 0.01}});
   write_suite();
   Comparison c5 = t.build();
-  msg = error_of([&] {
+  msg = test::error_of([&] {
     add_candidate_suite(c5, base, load_suite_results(extra.string()), extra.string(), engine_cost);
   });
-  EXPECT_NE(msg.find("run \"other-lr\" has another [train] than the baseline W8S8"),
-            std::string::npos)
-      << msg;
+  EXPECT_CONTAINS(msg, "run \"other-lr\" has another [train] than the baseline W8S8");
 }
 
 int count(const std::string& text, const std::string& what) {
@@ -351,20 +336,20 @@ TEST(MitigationsReport, PageSectionAndParetoChart) {
   const Comparison c = write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
   EXPECT_EQ(page.rfind("# Hand-written\n\nkept above\n\n", 0), 0u) << page;
-  EXPECT_NE(page.find("\nkept below\n"), std::string::npos);
-  EXPECT_EQ(page.find("\nold\n"), std::string::npos);
-  EXPECT_NE(page.find("](mitigations/pareto.svg)"), std::string::npos);
+  EXPECT_CONTAINS(page, "\nkept below\n");
+  EXPECT_NOT_CONTAINS(page, "\nold\n");
+  EXPECT_CONTAINS(page, "](mitigations/pareto.svg)");
   // Rows: ensemble4 meets the target; full attention never reached the baseline's eval acc.
-  EXPECT_NE(page.find("| W8S8 + ensemble4 | phase ensembling, K = 4 shifted copies | 1.000 | 1.000 (0)"),
-            std::string::npos) << page;
+  EXPECT_CONTAINS(
+      page, "| W8S8 + ensemble4 | phase ensembling, K = 4 shifted copies | 1.000 | 1.000 (0)");
   EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| W8S8 \+ ensemble4 \|[^\n]*3\.50 \(time\)[^\n]*\*\*meets\*\* \|)")));
   EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| full-1kv \|[^\n]*\| never \| no: 7\.99x the baseline's cache bytes)")));
-  EXPECT_NE(page.find("| W8S8-uniform | mean pooling (no learned gates) | missing: not in the suite file"),
-            std::string::npos);
-  EXPECT_NE(page.find("**On the baseline's seed, 1 of 5 candidates with figures meet the target**"), std::string::npos) << page;
-  EXPECT_NE(page.find("The cheapest in compute of them is **W8S8 + ensemble4**"), std::string::npos);
-  EXPECT_NE(page.find("  - W8S8-8kv: 8.00x the baseline's cache bytes, more than 1.25x.\n"),
-            std::string::npos);
+  EXPECT_CONTAINS(
+      page, "| W8S8-uniform | mean pooling (no learned gates) | missing: not in the suite file");
+  EXPECT_CONTAINS(page,
+                  "**On the baseline's seed, 1 of 5 candidates with figures meet the target**");
+  EXPECT_CONTAINS(page, "The cheapest in compute of them is **W8S8 + ensemble4**");
+  EXPECT_CONTAINS(page, "  - W8S8-8kv: 8.00x the baseline's cache bytes, more than 1.25x.\n");
   // Seeds: ensemble4 flat on seed 0, a 20 pp dip on seed 1: the target holds on 1 of 2.
   EXPECT_TRUE(std::regex_search(page, std::regex(R"(\| ensemble4 \| 1\.000 / 1\.000 / 0\.0 pp \[0\.0, [0-9.]+\] \| 0\.975 / 0\.800 / 20\.0 pp [^|]*\| 1 of 2 seeds \|)")))
       << page;
@@ -381,8 +366,8 @@ TEST(MitigationsReport, PageSectionAndParetoChart) {
   EXPECT_EQ(count(chart, "<circle class=\"marker\""), with);
   EXPECT_EQ(count(chart, "fill=\"#ffffff\" fill-opacity=\"0\""), 1);  // the baseline's ring
   EXPECT_EQ(count(chart, "class=\"region\""), 1);
-  EXPECT_NE(chart.find("missing: W8S8 + ensemble8"), std::string::npos);
-  EXPECT_NE(chart.find("missing: W8S8-uniform"), std::string::npos);
+  EXPECT_CONTAINS(chart, "missing: W8S8 + ensemble8");
+  EXPECT_CONTAINS(chart, "missing: W8S8-uniform");
 }
 
 TEST(MitigationsReport, NoCandidateMeetingNamesTheClosest) {
@@ -396,18 +381,14 @@ TEST(MitigationsReport, NoCandidateMeetingNamesTheClosest) {
   EXPECT_EQ(page.rfind(kSectionBegin, 0), 0u);
   // 8 KV heads is flat but over the bytes bound; of those within it, the recent copy has the
   // highest worst phase (0.8, ensemble2 0.25).
-  EXPECT_NE(
-      page.find(
-          "**No candidate meets the target** under prefix padding. Closest: "
-          "**W8S8 + recent-copy** (recent copy of the target record (an upper bound)), the highest "
-          "worst phase (0.800) within 1.25x the baseline's cache bytes, which fails 1 "
-          "of the three criteria: gap CI upper bound"),
-      std::string::npos)
-      << page;
-  EXPECT_NE(page.find("  - W8S8-8kv: 8.00x the baseline's cache bytes, more than 1.25x.\n"),
-            std::string::npos);
-  EXPECT_NE(page.find("- Missing, not judged: W8S8 + ensemble4 (no prefix sweep)."),
-            std::string::npos);
+  EXPECT_CONTAINS(
+      page,
+      "**No candidate meets the target** under prefix padding. Closest: "
+      "**W8S8 + recent-copy** (recent copy of the target record (an upper bound)), the highest "
+      "worst phase (0.800) within 1.25x the baseline's cache bytes, which fails 1 "
+      "of the three criteria: gap CI upper bound");
+  EXPECT_CONTAINS(page, "  - W8S8-8kv: 8.00x the baseline's cache bytes, more than 1.25x.\n");
+  EXPECT_CONTAINS(page, "- Missing, not judged: W8S8 + ensemble4 (no prefix sweep).");
 }
 
 // A model that learned nothing is flat near zero: its gap passes and it fails only the mean, but
@@ -435,14 +416,11 @@ TEST(MitigationsReport, ClosestRanksByWorstPhaseNotByCriteriaCount) {
                              {}};
   write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
-  EXPECT_NE(page.find("Closest: **W8S8 + ensemble2** (phase ensembling, K = 2 shifted copies), "
-                      "the highest worst phase (0.250) within 1.25x"),
-            std::string::npos)
-      << page;
-  EXPECT_NE(page.find("  - W8S8 + recent-copy: mean 0.000 below the baseline's 0.438.\n"),
-            std::string::npos)
-      << page;
-  EXPECT_NE(page.find("The baseline has 2 seeds"), std::string::npos) << page;
+  EXPECT_CONTAINS(page,
+                  "Closest: **W8S8 + ensemble2** (phase ensembling, K = 2 shifted copies), "
+                  "the highest worst phase (0.250) within 1.25x");
+  EXPECT_CONTAINS(page, "  - W8S8 + recent-copy: mean 0.000 below the baseline's 0.438.\n");
+  EXPECT_CONTAINS(page, "The baseline has 2 seeds");
 }
 
 // When no setting meets the target on any seed, the seeds verdict names no "closest" (one that
@@ -455,11 +433,9 @@ TEST(MitigationsReport, NoSettingOnAnySeedNamesNoClosest) {
                              (t.root / "p.svg").string(), "cmd", "", {}, {}};
   write_mitigations_report(o, engine_cost);
   const std::string page = test::slurp(md);
-  EXPECT_NE(page.find("**On the suite's seeds, no candidate is shown to meet the target.**"),
-            std::string::npos)
-      << page;
-  EXPECT_NE(page.find("None of them meets it on any seed."), std::string::npos) << page;
-  EXPECT_EQ(page.find("Closest across seeds"), std::string::npos) << page;
+  EXPECT_CONTAINS(page, "**On the suite's seeds, no candidate is shown to meet the target.**");
+  EXPECT_CONTAINS(page, "None of them meets it on any seed.");
+  EXPECT_NOT_CONTAINS(page, "Closest across seeds");
 }
 
 TEST(MitigationsReport, BadInputNamesTheFileAndKey) {
@@ -484,8 +460,7 @@ TEST(MitigationsReport, BadInputNamesTheFileAndKey) {
         try {
           t.build();
         } catch (const Error& e) {
-          EXPECT_NE(std::string(e.what()).find("meta.sweep.ensemble is 4, expected 2"),
-                    std::string::npos);
+          EXPECT_CONTAINS(e.what(), "meta.sweep.ensemble is 4, expected 2");
           throw;
         }
       },
@@ -497,12 +472,8 @@ TEST(MitigationsReport, BadInputNamesTheFileAndKey) {
   test::write_text(md, "# only hand-written text\n");
   MitigationsReportOptions o{t.suite.string(), t.inference.string(), md.string(),
                              (t.root / "p.svg").string(), "cmd", "", {}, {}};
-  try {
-    write_mitigations_report(o, engine_cost);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(md.string() + " has no generated section"), std::string::npos);
-  }
+  EXPECT_TRUE(test::throws_containing([&] { write_mitigations_report(o, engine_cost); },
+                                      md.string() + " has no generated section"));
   EXPECT_EQ(test::slurp(md), "# only hand-written text\n");
   // No suite.json.
   EXPECT_THROW(load_suite_results((t.root / "nowhere").string()), Error);
@@ -519,17 +490,18 @@ TEST(MitigationsReport, CommandsListOnlyTheMissingSweeps) {
   // W8S8: ensemble8 under both paddings; timing: ensemble2 and ensemble8 in both rounds;
   // W8S8-seed1 (prefix only): ensemble2, ensemble8, recent-copy.
   EXPECT_EQ(count(out, "\n"), 2 + 4 + 3) << out;
-  EXPECT_NE(out.find("phasekv sweep --model " + t.suite.string() +
-                     "/W8S8/model --task lookup --examples 200 --modulus 8 --padding prefix --seed 0 "
-                     "--threads 1 --ensemble 8 --out " + t.inference.string() + "/W8S8/prefix/ensemble8\n"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("--examples 20 --modulus 8 --padding prefix --seed 0 --threads 1 --ensemble 2 "
-                     "--bootstrap-reps 0 --permutations 0 --out " + t.inference.string() + "/timing/2/ensemble2"),
-            std::string::npos);
-  EXPECT_EQ(out.find("ensemble4"), std::string::npos);  // swept everywhere it is needed
-  EXPECT_EQ(out.find("in_sequence/recent-copy"), std::string::npos);
-  EXPECT_EQ(out.find("W8S8-seed1/in_sequence"), std::string::npos);
+  EXPECT_CONTAINS(
+      out, "phasekv sweep --model " + t.suite.string() +
+               "/W8S8/model --task lookup --examples 200 --modulus 8 --padding prefix --seed 0 "
+               "--threads 1 --ensemble 8 --out " +
+               t.inference.string() + "/W8S8/prefix/ensemble8\n");
+  EXPECT_CONTAINS(out,
+                  "--examples 20 --modulus 8 --padding prefix --seed 0 --threads 1 --ensemble 2 "
+                  "--bootstrap-reps 0 --permutations 0 --out " +
+                      t.inference.string() + "/timing/2/ensemble2");
+  EXPECT_NOT_CONTAINS(out, "ensemble4");  // swept everywhere it is needed
+  EXPECT_NOT_CONTAINS(out, "in_sequence/recent-copy");
+  EXPECT_NOT_CONTAINS(out, "W8S8-seed1/in_sequence");
 }
 
 }  // namespace

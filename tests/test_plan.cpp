@@ -10,6 +10,7 @@
 #include "eval/plan.h"
 #include "report/report.h"
 #include "util/error.h"
+#include "test_util.h"
 
 namespace phasekv {
 namespace {
@@ -39,8 +40,8 @@ TEST(Plan, AWideDipNeedsFewExamplesANarrowOneMore) {
   EXPECT_TRUE(narrow.examples_to_certify == 0 ||
               narrow.examples_to_certify > wide.examples_to_certify);
   const std::string text = plan_text(narrow, 300);
-  EXPECT_NE(text.find("to detect the dip: "), std::string::npos) << text;
-  EXPECT_NE(text.find("prompt tokens"), std::string::npos) << text;
+  EXPECT_CONTAINS(text, "to detect the dip: ");
+  EXPECT_CONTAINS(text, "prompt tokens");
   EXPECT_EQ(narrow.to_json()["modulus"], 8);
 }
 
@@ -55,13 +56,13 @@ TEST(Plan, OptionsOutOfRangeNameTheFlag) {
   };
   PlanRequest r = small(0.1);
   r.stride = 5;  // 2 x 5 > 8
-  EXPECT_NE(message(r).find("--stride 5 must lie in [2, --modulus / 2 = 4]"), std::string::npos);
+  EXPECT_CONTAINS(message(r), "--stride 5 must lie in [2, --modulus / 2 = 4]");
   r = small(0.1);
   r.accuracy = 0.05;
-  EXPECT_NE(message(r).find("--accuracy 0.05"), std::string::npos);
+  EXPECT_CONTAINS(message(r), "--accuracy 0.05");
   r = small(0.1);
   r.power = 1.0;
-  EXPECT_NE(message(r).find("--power"), std::string::npos);
+  EXPECT_CONTAINS(message(r), "--power");
   EXPECT_EQ(message(small(0.1)), "");
 }
 
@@ -99,9 +100,8 @@ TEST(Plan, SensitivityMakesAnUnderpoweredNullInconclusive) {
   EXPECT_EQ(verdict.kind, VerdictKind::kInconclusive);
   EXPECT_EQ(verdict.text().rfind("inconclusive at 30 pp: no period found (p = ", 0), 0u)
       << verdict.text();
-  EXPECT_NE(verdict.detail.find(
-                fmt::format("about {} examples per phase would detect it", v.examples_needed)),
-            std::string::npos)
+  EXPECT_CONTAINS(verdict.detail,
+                  fmt::format("about {} examples per phase would detect it", v.examples_needed))
       << verdict.text();
   const PhaseSummary back = PhaseSummary::from_json(few.to_json());
   ASSERT_TRUE(back.sensitivity.has_value());

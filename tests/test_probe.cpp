@@ -5,12 +5,12 @@
 
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
 #include <string>
 
 #include "eval/value_period.h"
 #include "probe/probe.h"
+#include "test_util.h"
 #include "train/train_config.h"
 #include "util/error.h"
 
@@ -131,7 +131,7 @@ TEST(Probe, FindsPeriodFourWhenTheAnswerFollowsTheCodesPhase) {
   EXPECT_EQ(sm["rankings"]["top1_correct"], 32);  // the fake's greedy token is '8' where it wins
   // Residue 2: P(8) = 0.7, P(32) = P(3) x P(2 | 3) = 0.28 x 0.9.
   EXPECT_NEAR(sm["by_residue"][2]["mean_margin"].get<double>(), 0.7 - 0.28 * 0.9, 1e-9);
-  EXPECT_NE(probe_verdict(sm).find("period 4"), std::string::npos);
+  EXPECT_CONTAINS(probe_verdict(sm), "period 4");
 }
 
 TEST(Probe, FindsNoPeriodWhenTheAnswerIgnoresTheFiller) {
@@ -141,7 +141,7 @@ TEST(Probe, FindsNoPeriodWhenTheAnswerIgnoresTheFiller) {
   EXPECT_GE(sm["period"]["p_value"].get<double>(), 0.05);
   EXPECT_EQ(sm["rankings"]["wins"]["8"], 64);
   EXPECT_TRUE(sm["rankings"]["constant_pattern"].get<bool>());
-  EXPECT_NE(probe_verdict(sm).find("no period detected"), std::string::npos);
+  EXPECT_CONTAINS(probe_verdict(sm), "no period detected");
 }
 
 TEST(Probe, MultiTokenCandidateProbabilityIsTheProductOfItsTokens) {
@@ -206,46 +206,42 @@ TEST(Probe, RerunResumesAndAChangedSpecIsAnotherRun) {
     run_probe(b, s, dir);
     FAIL() << "a changed spec resumed another run's records";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("holds a different run"), std::string::npos) << e.what();
-  }
-}
-
-void expect_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "no error; wanted one containing: " << needle;
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "holds a different run");
   }
 }
 
 TEST(Probe, BadInputsGetClearErrors) {
   json j = spec_json();
   j["code"] = "";
-  expect_error([&] { probe_spec_from_json(j, "p.toml"); }, "p.toml: key 'code' is empty");
+  EXPECT_TRUE(test::throws_containing([&] { probe_spec_from_json(j, "p.toml"); },
+                                      "p.toml: key 'code' is empty"));
   j = spec_json();
   j["correct"] = "16";
-  expect_error([&] { probe_spec_from_json(j, "p.toml"); }, "key 'correct' is \"16\"");
+  EXPECT_TRUE(test::throws_containing([&] { probe_spec_from_json(j, "p.toml"); },
+                                      "key 'correct' is \"16\""));
   j = spec_json();
   j["candidates"] = {"8"};
-  expect_error([&] { probe_spec_from_json(j, "p.toml"); }, "at least 2");
+  EXPECT_TRUE(test::throws_containing([&] { probe_spec_from_json(j, "p.toml"); }, "at least 2"));
   j = spec_json();
   j["lengths"] = {9, 3};
-  expect_error([&] { probe_spec_from_json(j, "p.toml"); }, "key 'lengths'");
+  EXPECT_TRUE(test::throws_containing([&] { probe_spec_from_json(j, "p.toml"); }, "key 'lengths'"));
   j = spec_json();
   j["family"][0]["colour"] = "red";
-  expect_error([&] { probe_spec_from_json(j, "p.toml"); }, "unknown key 'colour'");
+  EXPECT_TRUE(
+      test::throws_containing([&] { probe_spec_from_json(j, "p.toml"); }, "unknown key 'colour'"));
 
   j = spec_json();
   j["candidates"] = {"8", "~"};
   ProbeSpec s = probe_spec_from_json(j, "p.toml");
   FakeBackend b(s.code, true);
-  expect_error([&] { plan_probe(b, s, s.l_max); }, "candidate \"~\" does not tokenize");
+  EXPECT_TRUE(test::throws_containing([&] { plan_probe(b, s, s.l_max); },
+                                      "candidate \"~\" does not tokenize"));
 
   s = probe_spec_from_json(spec_json(), "p.toml");
   FakeBackend small(s.code, true, 40);
   // 40 filler + 13 code + 2 candidate tokens - 1 = 54 > 40.
-  expect_error([&] { plan_probe(small, s, s.l_max); }, "the longest probe context is 54 tokens");
+  EXPECT_TRUE(test::throws_containing([&] { plan_probe(small, s, s.l_max); },
+                                      "the longest probe context is 54 tokens"));
 }
 
 // The checked-in specs parse, and no filler holds a literal backslash-n: in TOML, '...' is a literal

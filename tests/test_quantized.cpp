@@ -12,6 +12,7 @@
 
 #include "io/quantized.h"
 #include "util/error.h"
+#include "test_util.h"
 
 namespace phasekv {
 namespace {
@@ -91,8 +92,8 @@ TEST(Quantized, ScalesFromEveryStoredDtype) {
     scales_to_float(e8m0, "I32", 2, "layers.0.attn.wq_a.scale");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layers.0.attn.wq_a.scale"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("F8_E8M0"), std::string::npos);
+    EXPECT_CONTAINS(e.what(), "layers.0.attn.wq_a.scale");
+    EXPECT_CONTAINS(e.what(), "F8_E8M0");
   }
 }
 
@@ -131,8 +132,8 @@ TEST(Quantized, Fp8ShapeErrorsNameTheTensorAndTheExpectedShape) {
     FAIL();
   } catch (const Error& e) {
     const std::string m = e.what();
-    EXPECT_NE(m.find("layers.3.attn.wkv"), std::string::npos) << m;
-    EXPECT_NE(m.find("[2, 2]"), std::string::npos) << m;
+    EXPECT_CONTAINS(m, "layers.3.attn.wkv");
+    EXPECT_CONTAINS(m, "[2, 2]");
   }
   EXPECT_THROW(dequant_fp8_blocks(w, std::vector<float>(4, 1.0f), 130, 199, "t"), Error);
 }
@@ -167,8 +168,8 @@ TEST(Quantized, Mxfp4ShapeErrors) {
     dequant_mxfp4(packed, std::vector<uint8_t>(2), 1, 32, "layers.1.ffn.experts.7.w2");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("layers.1.ffn.experts.7.w2"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("[1, 1]"), std::string::npos);
+    EXPECT_CONTAINS(e.what(), "layers.1.ffn.experts.7.w2");
+    EXPECT_CONTAINS(e.what(), "[1, 1]");
   }
 }
 

@@ -8,6 +8,7 @@
 #include "train/repeat_task.h"
 #include "train/train_config.h"
 #include "util/error.h"
+#include "test_util.h"
 
 namespace phasekv {
 namespace {
@@ -96,12 +97,8 @@ TEST(RepeatTask, LookupRepeatsAreAsLongAsItsPaddedRows) {
   TaskConfig kv = small_task();
   EXPECT_EQ(draw_repeat_length(kv, rng, 8), 20);  // kv rows carry no padding of their own
   // 72 content tokens repeat at most 146 tokens; M = 40 asks for 43 + 158.
-  try {
-    check_repeat_lengths(c, 40, "t.toml");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("plus 158 padding fillers"), std::string::npos) << e.what();
-  }
+  EXPECT_TRUE(test::throws_containing([&] { check_repeat_lengths(c, 40, "t.toml"); },
+                                      "plus 158 padding fillers"));
 }
 
 TEST(RepeatTask, SameRngSameSequenceAndDifferentSeedsDiffer) {
@@ -121,8 +118,7 @@ TEST(RepeatTask, LengthsItCannotBuildAreErrors) {
       sample_repeat_sequence(c, rng, len);
       FAIL() << "no error for length " << len;
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("length " + std::to_string(len)), std::string::npos)
-          << e.what();
+      EXPECT_CONTAINS(e.what(), "length " + std::to_string(len));
     }
   }
   EXPECT_EQ(sample_repeat_sequence(c, rng, 26).tokens.size(), 26u);  // 12 distinct: the maximum
@@ -182,13 +178,8 @@ TEST(RepeatTask, RepeatFractionIsReadAndRangeChecked) {
   EXPECT_FALSE(train_options_to_json(TrainOptions{}).contains("repeat_marker"));
   j["train"].erase("repeat_marker");
   j["train"]["repeat_fraction"] = 1.5;
-  try {
-    train_config_from_json(j, "t.toml", ".");
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'repeat_fraction' is 1.5"), std::string::npos)
-        << e.what();
-  }
+  EXPECT_TRUE(test::throws_containing([&] { train_config_from_json(j, "t.toml", "."); },
+                                      "'repeat_fraction' is 1.5"));
   // 24 content tokens allow repeats of at most 50 tokens; a 60-token task cannot be mirrored.
   j["train"]["repeat_fraction"] = 0.5;
   j["task"]["context_len"] = 60;
@@ -196,10 +187,9 @@ TEST(RepeatTask, RepeatFractionIsReadAndRangeChecked) {
     train_config_from_json(j, "t.toml", ".");
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("t.toml: [train]: repeat_fraction > 0 needs task "
-                                         "lengths in [6, 50]"),
-              std::string::npos)
-        << e.what();
+    EXPECT_CONTAINS(e.what(),
+                    "t.toml: [train]: repeat_fraction > 0 needs task "
+                    "lengths in [6, 50]");
   }
 }
 
@@ -232,7 +222,7 @@ TEST(RepeatTask, InductionWarmUpBatchesAreShortUnmarkedRepeatsAndItsKeysAreCheck
       train_config_from_json(bad, "t.toml", ".");
       ADD_FAILURE() << key << " = " << value << " accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+      EXPECT_CONTAINS(e.what(), says);
     }
   };
   refused("induction_steps", 101, "'induction_steps' is 101 (allowed: 0 to steps = 100)");

@@ -87,21 +87,21 @@ TEST(Report, SvgIsWellFormedWithOneErrorBarPerPhase) {
   EXPECT_EQ(count(svg, "class=\"stride\""), 1u);    // the boundary between phases 3 and 4
   EXPECT_EQ(count(svg, "class=\"boundary\""), 2u);  // shaded phases 3 and 7
   EXPECT_EQ(count(svg, "class=\"legend\""), 0u);    // one series: no legend
-  EXPECT_NE(svg.find("title &quot;x&quot; &lt;y&gt;"), std::string::npos);
-  EXPECT_NE(svg.find("model &lt;A&gt; &amp; co"), std::string::npos);
-  EXPECT_EQ(svg.find("<A>"), std::string::npos);
+  EXPECT_CONTAINS(svg, "title &quot;x&quot; &lt;y&gt;");
+  EXPECT_CONTAINS(svg, "model &lt;A&gt; &amp; co");
+  EXPECT_NOT_CONTAINS(svg, "<A>");
   EXPECT_EQ(count(svg, "http"), 1u);  // only the xmlns namespace
-  EXPECT_NE(svg.find("dotted: entry boundaries (S = 4)"), std::string::npos);
-  EXPECT_EQ(svg.find("window"), std::string::npos);  // "window" is the raw window n_win only
+  EXPECT_CONTAINS(svg, "dotted: entry boundaries (S = 4)");
+  EXPECT_NOT_CONTAINS(svg, "window");  // "window" is the raw window n_win only
 }
 
 TEST(Report, SvgLegendShortensLongLabelsKeepingTheirEnd) {
   const std::string label = std::string(50, 'a') + "/kv-chunked-0123456789";
   const std::string svg = phase_svg({{label, flat_summary()}, {"short", period4_summary()}}, "t");
   // Ellipsis plus the last 39 characters; the full label stays in the tooltip.
-  EXPECT_NE(svg.find(">\u2026" + label.substr(label.size() - 39) + "</text>"), std::string::npos);
-  EXPECT_NE(svg.find("<title>" + label + "</title>"), std::string::npos);
-  EXPECT_NE(svg.find("<title>short</title>short</text>"), std::string::npos);
+  EXPECT_CONTAINS(svg, ">\u2026" + label.substr(label.size() - 39) + "</text>");
+  EXPECT_CONTAINS(svg, "<title>" + label + "</title>");
+  EXPECT_CONTAINS(svg, "<title>short</title>short</text>");
 }
 
 TEST(Report, SvgSeveralSeriesShareLegendAndStride) {
@@ -138,15 +138,15 @@ TEST(Report, HtmlIsSelfContained) {
   const std::string xmlns = "http://www.w3.org/2000/svg";
   for (size_t pos; (pos = stripped.find(xmlns)) != std::string::npos;)
     stripped.erase(pos, xmlns.size());
-  EXPECT_EQ(stripped.find("http://"), std::string::npos);
-  EXPECT_EQ(stripped.find("https://"), std::string::npos);
+  EXPECT_NOT_CONTAINS(stripped, "http://");
+  EXPECT_NOT_CONTAINS(stripped, "https://");
   for (const char* ref : {"src=", "href=", "@import", "url(", "<script"}) {
-    EXPECT_EQ(html.find(ref), std::string::npos) << ref;
+    EXPECT_NOT_CONTAINS(html, ref) << ref;
   }
   EXPECT_EQ(count(html, "<svg"), 1u);
   EXPECT_EQ(count(html, "class=\"errbar\""), 8u);
-  EXPECT_NE(html.find("tiny &lt;w8s8&gt;"), std::string::npos);
-  EXPECT_NE(html.find("Detected period 4"), std::string::npos);
+  EXPECT_CONTAINS(html, "tiny &lt;w8s8&gt;");
+  EXPECT_CONTAINS(html, "Detected period 4");
   // Per-phase table: one row per phase plus the header, and the period table marks its choice.
   EXPECT_EQ(count(html, "<tr class=\"worst\">"), 1u);
   EXPECT_EQ(count(html, "<tr class=\"boundary\">"), 1u);  // the other boundary row is the worst
@@ -181,10 +181,10 @@ TEST(Report, VerdictPhaseSensitive) {
             "vs best 1.000; the mean 0.869 hides a 49.3 pp gap (95 % CI [45.1, 53.0])");
   // An interior worst phase is not called a boundary; a stride-less summary never is.
   PhaseSummary s = made_summary(5, 0.507, 1.0, 0.869, 0.01);
-  EXPECT_NE(phase_verdict(s).detail.find("worst phase r = 5 at 0.507"), std::string::npos);
+  EXPECT_CONTAINS(phase_verdict(s).detail, "worst phase r = 5 at 0.507");
   s.stride = 0;
   s.worst_phase = 7;
-  EXPECT_NE(phase_verdict(s).detail.find("worst phase r = 7 at 0.507"), std::string::npos);
+  EXPECT_CONTAINS(phase_verdict(s).detail, "worst phase r = 7 at 0.507");
   // From simulated outcomes: the weak spot at the boundary phases 3 and 7 is found.
   const PhaseSummary& sim = period4_summary();
   const Verdict w = phase_verdict(sim);
@@ -195,7 +195,7 @@ TEST(Report, VerdictPhaseSensitive) {
                            0),
             0u)
       << w.text();
-  EXPECT_NE(w.detail.find(fmt::format("hides a {:.1f} pp gap", sim.gap_pp)), std::string::npos);
+  EXPECT_CONTAINS(w.detail, fmt::format("hides a {:.1f} pp gap", sim.gap_pp));
 }
 
 TEST(Report, VerdictFlat) {
@@ -213,7 +213,7 @@ TEST(Report, VerdictFlat) {
   s.period.p_value = 0.05;
   s.gap_ci_pp = {std::nan(""), std::nan("")};
   EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNoPeriodDetected);
-  EXPECT_NE(phase_verdict(s).detail.find("gap 0.6 pp)"), std::string::npos);
+  EXPECT_CONTAINS(phase_verdict(s).detail, "gap 0.6 pp)");
   // Simulated flat profile.
   const Verdict f = phase_verdict(flat_summary());
   EXPECT_EQ(f.kind, VerdictKind::kNoPeriodDetected);
@@ -241,17 +241,14 @@ TEST(Report, VerdictWithMinGap) {
             "0.800 vs best 0.950; gap 15.0 pp, 95 % CI [0.0, 22.5])");
   s.sensitivity->power = 0.91;
   EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNoPeriodDetected);
-  EXPECT_NE(phase_verdict(s).text().find(
-                "22.5]); 40 examples per phase detect a 10 pp dip every 4 phases with "
-                "probability 91 % (simulated)"),
-            std::string::npos)
-      << phase_verdict(s).text();
+  EXPECT_CONTAINS(phase_verdict(s).text(),
+                  "22.5]); 40 examples per phase detect a 10 pp dip every 4 phases with "
+                  "probability 91 % (simulated)");
   s.sensitivity->power = 0.2;
   s.sensitivity->ruled_out = true;
   EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNoPeriodDetected);
-  EXPECT_NE(phase_verdict(s).text().find(
-                "; a gap of 10 pp or more is ruled out (above the gap's 95 % interval)"),
-            std::string::npos);
+  EXPECT_CONTAINS(phase_verdict(s).text(),
+                  "; a gap of 10 pp or more is ruled out (above the gap's 95 % interval)");
   // A detected period is not second-guessed.
   s.period.p_value = 0.001;
   EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kPhaseSensitive);
@@ -264,8 +261,7 @@ TEST(Report, VerdictWithoutAPeriodTest) {
   s.period.detected = 0;  // M = 2 has no candidate period
   EXPECT_EQ(phase_verdict(s).kind, VerdictKind::kNotTested);
   EXPECT_EQ(phase_verdict(s).text().rfind("no period test: M = 2 has no candidate period", 0), 0u);
-  EXPECT_NE(phase_verdict(s).detail.find("accuracy 0.750 \u00b1 0.250 across phases"),
-            std::string::npos);
+  EXPECT_CONTAINS(phase_verdict(s).detail, "accuracy 0.750 \u00b1 0.250 across phases");
   // 0 permutations: p = 1 by construction, which must not read as "no weak spot".
   s = made_summary(7, 0.5, 1.0, 0.9, 1.0);
   s.period.permutations = 0;
@@ -299,21 +295,21 @@ TEST(Report, HtmlReadingOrderAndMetadataLists) {
   EXPECT_LT(table, stats);
   EXPECT_LT(stats, details);
   EXPECT_EQ(count(html, "class=\"verdict"), 1u);
-  EXPECT_NE(html.find(xml_escape(phase_verdict(period4_summary()).detail)), std::string::npos);
+  EXPECT_CONTAINS(html, xml_escape(phase_verdict(period4_summary()).detail));
   // Key/value lists, nested for objects; no JSON text.
-  EXPECT_NE(html.find("<li><span class=\"k\">model_id</span>: <span class=\"v\">kv-chunked@1234"
-                      "</span></li>"),
-            std::string::npos);
-  EXPECT_NE(html.find("<span class=\"k\">backend</span>: \n<ul class=\"kv\">\n<li><span "
-                      "class=\"k\">config</span>: \n<ul class=\"kv\">\n<li><span class=\"k\">"
-                      "stride</span>: <span class=\"v\">4</span></li>"),
-            std::string::npos);
-  EXPECT_NE(html.find("<span class=\"v\">-0.5, -0.25</span>"), std::string::npos);
-  EXPECT_EQ(html.find("{&quot;"), std::string::npos);
-  EXPECT_EQ(html.find("[-0.5"), std::string::npos);
+  EXPECT_CONTAINS(html,
+                  "<li><span class=\"k\">model_id</span>: <span class=\"v\">kv-chunked@1234"
+                  "</span></li>");
+  EXPECT_CONTAINS(html,
+                  "<span class=\"k\">backend</span>: \n<ul class=\"kv\">\n<li><span "
+                  "class=\"k\">config</span>: \n<ul class=\"kv\">\n<li><span class=\"k\">"
+                  "stride</span>: <span class=\"v\">4</span></li>");
+  EXPECT_CONTAINS(html, "<span class=\"v\">-0.5, -0.25</span>");
+  EXPECT_NOT_CONTAINS(html, "{&quot;");
+  EXPECT_NOT_CONTAINS(html, "[-0.5");
   // What keeps it inside the viewport (measured by tests/browser).
-  EXPECT_NE(html.find("overflow-wrap: anywhere"), std::string::npos);
-  EXPECT_NE(html.find("max-width: 100%; height: auto;"), std::string::npos);
+  EXPECT_CONTAINS(html, "overflow-wrap: anywhere");
+  EXPECT_CONTAINS(html, "max-width: 100%; height: auto;");
   EXPECT_EQ(count(html, "<div class=\"scroll\">"), 2u);  // per-phase and summary tables
 }
 
@@ -338,8 +334,7 @@ TEST(Report, CompareHtmlHasAVerdictPerSeries) {
   EXPECT_EQ(count(table, "<tr>"), 2u + 8u);
   EXPECT_EQ(count(table, "<td class=\"num worst\">"), 4u);  // accuracy and CI, both series
   EXPECT_EQ(count(html, "<h3>"), 2u);                       // period detection per series
-  EXPECT_NE(html.find("<span class=\"k\">weak</span>: <span class=\"v\">run-1</span>"),
-            std::string::npos);
+  EXPECT_CONTAINS(html, "<span class=\"k\">weak</span>: <span class=\"v\">run-1</span>");
 }
 
 TEST(Report, TerminalTable) {
@@ -348,22 +343,21 @@ TEST(Report, TerminalTable) {
   EXPECT_EQ(text.rfind("run-1: M = 8, S = 4, 200 examples, 1600 outcomes\n", 0), 0u);
   // Header line, column line, 8 phases, mean, gap, interior, periodicity.
   EXPECT_EQ(count(text, "\n"), 14u);
-  EXPECT_NE(text.find("gap " + format_gap(s)), std::string::npos);
-  EXPECT_NE(text.find("period 4 (p = "), std::string::npos);
-  EXPECT_NE(text.find("\n  phase    n    acc  95% CI\n"), std::string::npos);
+  EXPECT_CONTAINS(text, "gap " + format_gap(s));
+  EXPECT_CONTAINS(text, "period 4 (p = ");
+  EXPECT_CONTAINS(text, "\n  phase    n    acc  95% CI\n");
   const size_t line3 = text.find("\n      3  ");
   ASSERT_NE(line3, std::string::npos);
-  EXPECT_NE(text.substr(line3, text.find('\n', line3 + 1) - line3).find("boundary"),
-            std::string::npos);
+  EXPECT_CONTAINS(text.substr(line3, text.find('\n', line3 + 1) - line3), "boundary");
 }
 
 TEST(Report, CompareTable) {
   const std::string text = compare_table({{"flat", flat_summary()}, {"weak", period4_summary()}});
   EXPECT_EQ(count(text, "\n"), 3u);
   EXPECT_EQ(text.rfind("label", 0), 0u);
-  EXPECT_NE(text.find("\nflat "), std::string::npos);
-  EXPECT_NE(text.find("\nweak "), std::string::npos);
-  EXPECT_NE(text.find(format_period(period4_summary())), std::string::npos);
+  EXPECT_CONTAINS(text, "\nflat ");
+  EXPECT_CONTAINS(text, "\nweak ");
+  EXPECT_CONTAINS(text, format_period(period4_summary()));
 }
 
 TEST(Report, Formatting) {
@@ -372,7 +366,7 @@ TEST(Report, Formatting) {
   EXPECT_EQ(format_p(3.1e-12), "3.1e-12");
   EXPECT_EQ(format_p(0.0), "<1e-300");
   EXPECT_EQ(xml_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
-  EXPECT_NE(format_period(flat_summary()).find("n.s."), std::string::npos);
+  EXPECT_CONTAINS(format_period(flat_summary()), "n.s.");
   PhaseSummary s = flat_summary();
   s.gap_pp = 12.34;
   s.gap_ci_pp = {10.0, 15.06};
@@ -391,7 +385,7 @@ TEST(Report, WriteSweepOutputs) {
   EXPECT_EQ(PhaseSummary::from_json(j).to_json()["gap_pp"], j["gap_pp"]);
   EXPECT_EQ(read_file((dir / "phase.csv").string()), phase_csv(period4_summary()));
   EXPECT_EQ(read_file((dir / "phase.svg").string()).rfind("<svg", 0), 0u);
-  EXPECT_NE(read_file((dir / "report.html").string()).find("run-1"), std::string::npos);
+  EXPECT_CONTAINS(read_file((dir / "report.html").string()), "run-1");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), {}), 4);  // no temp files
   std::filesystem::remove_all(dir);
 }

@@ -37,7 +37,7 @@ TEST(ReportHtml, TheWorstPhaseIntervalsSayWhichIsWhich) {
   EXPECT_EQ(count(html, "<th>95% Wilson CI</th>"), 1u);
   EXPECT_EQ(count(html, "95% CI]"), 0u) << "an interval without its kind";
   // The note says why the two intervals of the worst phase differ.
-  EXPECT_NE(html.find("worst phase's covers whichever phase is worst"), std::string::npos);
+  EXPECT_CONTAINS(html, "worst phase's covers whichever phase is worst");
 }
 
 TEST(ReportHtml, APerfectControlHasNoWorstPhase) {

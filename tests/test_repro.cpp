@@ -78,8 +78,8 @@ TEST(Repro, SuiteParsingMergesRunsAndNamesBadKeys) {
     FAIL() << "a bad run key must fail before anything runs";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("'x'"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("strid"), std::string::npos) << msg;
+    EXPECT_CONTAINS(msg, "'x'");
+    EXPECT_CONTAINS(msg, "strid");
   }
   test::write_text(dir / "dup.toml", std::string(kSuite) + "\n[[run]]\nname = \"full\"\n");
   EXPECT_THROW(load_suite((dir / "dup.toml").string()), Error);
@@ -93,9 +93,8 @@ TEST(Repro, SuiteParsingMergesRunsAndNamesBadKeys) {
     FAIL() << "stride 3 with modulus 8 must be refused at load";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("'s3': its stride 3 does not divide the suite's modulus 8"), std::string::npos)
-        << msg;
-    EXPECT_NE(msg.find("e.g. 24"), std::string::npos) << msg;
+    EXPECT_CONTAINS(msg, "'s3': its stride 3 does not divide the suite's modulus 8");
+    EXPECT_CONTAINS(msg, "e.g. 24");
   }
   // The largest stride a config allows: the suggested modulus does not overflow.
   test::write_text(dir / "huge.toml", std::string(kSuite) +
@@ -105,14 +104,14 @@ TEST(Repro, SuiteParsingMergesRunsAndNamesBadKeys) {
     load_suite((dir / "huge.toml").string());
     FAIL() << "stride 2^31 - 1 with modulus 8 must be refused at load";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("e.g. 17179869176"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "e.g. 17179869176");
   }
   const fs::path log = dir / "plan.log";
   EXPECT_NE(run(kBin + " repro --suite " + (dir / "s3.toml").string() + " --out " +
                     (dir / "out").string() + " --plan",
                 log),
             0);
-  EXPECT_NE(test::slurp(log).find("does not divide"), std::string::npos) << test::slurp(log);
+  EXPECT_CONTAINS(test::slurp(log), "does not divide");
   fs::remove_all(dir);
 }
 
@@ -129,7 +128,7 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
                     out.string() + " --print-commands",
                 dir / "print.log"),
             0);
-  EXPECT_NE(test::slurp(dir / "print.log").find("--only chunked"), std::string::npos);
+  EXPECT_CONTAINS(test::slurp(dir / "print.log"), "--only chunked");
 
   ASSERT_EQ(run(repro + " --jobs 2", dir / "first.log"), 0) << test::slurp(dir / "first.log");
   for (const char* f : {"chunked/config.json", "chunked/train.done", "chunked/model/model.safetensors",
@@ -139,36 +138,33 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
     EXPECT_TRUE(fs::exists(out / f)) << f << "\n" << test::slurp(dir / "first.log");
   EXPECT_FALSE(fs::exists(out / "full/depth-0")) << "only depth_grid runs get the grid";
   const std::string depth_meta = test::slurp(out / "chunked/depth-1/summary.json");
-  EXPECT_NE(depth_meta.find("\"target_depth\": 1.0"), std::string::npos);
+  EXPECT_CONTAINS(depth_meta, "\"target_depth\": 1.0");
 
   // A rerun skips everything.
   ASSERT_EQ(run(repro, dir / "second.log"), 0) << test::slurp(dir / "second.log");
-  EXPECT_NE(test::slurp(dir / "second.log").find("0 of 2 runs to do"), std::string::npos)
-      << test::slurp(dir / "second.log");
+  EXPECT_CONTAINS(test::slurp(dir / "second.log"), "0 of 2 runs to do");
 
   // A run whose training did not finish (no train.done) resumes from its checkpoint.
   fs::remove(out / "full/train.done");
   fs::remove_all(out / "full/sweep-prefix");
   ASSERT_EQ(run(repro + " --only full", dir / "third.log"), 0) << test::slurp(dir / "third.log");
-  EXPECT_NE(test::slurp(out / "full/train.log").find("resumed from step 6"), std::string::npos)
-      << test::slurp(out / "full/train.log");
+  EXPECT_CONTAINS(test::slurp(out / "full/train.log"), "resumed from step 6");
   EXPECT_TRUE(fs::exists(out / "full/sweep-prefix/summary.json"));
 
   // A changed suite does not silently mix into the old directory.
   test::write_text(dir / "base.toml", std::string(kBase) + "lr = 0.01\n");
   EXPECT_NE(run(repro, dir / "changed.log"), 0);
-  EXPECT_NE(test::slurp(dir / "changed.log").find("holds another config"), std::string::npos)
-      << test::slurp(dir / "changed.log");
+  EXPECT_CONTAINS(test::slurp(dir / "changed.log"), "holds another config");
 
   // The page: one row per run and padding, the study's figure beside its row, the findings.
   const fs::path md = dir / "REPRO.md";
   ASSERT_EQ(run(kBin + " repro report " + out.string() + " --out " + md.string(), dir / "r.log"), 0)
       << test::slurp(dir / "r.log");
   const std::string page = test::slurp(md);
-  EXPECT_NE(page.find("| chunked | W4/S4 | prefix |"), std::string::npos) << page;
-  EXPECT_NE(page.find("| full | full | in_sequence |"), std::string::npos) << page;
-  EXPECT_NE(page.find("50.0 / 10.0 / 40.0 (W4/S4)"), std::string::npos) << page;
-  EXPECT_NE(page.find("Full-attention controls have no significant period"), std::string::npos);
+  EXPECT_CONTAINS(page, "| chunked | W4/S4 | prefix |");
+  EXPECT_CONTAINS(page, "| full | full | in_sequence |");
+  EXPECT_CONTAINS(page, "50.0 / 10.0 / 40.0 (W4/S4)");
+  EXPECT_CONTAINS(page, "Full-attention controls have no significant period");
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked.svg"));
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked-depth.svg"));
   fs::remove_all(dir);
@@ -258,9 +254,9 @@ TEST(Repro, PlanTimesEveryRunAndPrintsBothProjections) {
             0)
       << test::slurp(dir / "plan.log");
   const std::string out = test::slurp(dir / "plan.log");
-  EXPECT_NE(out.find("chunked"), std::string::npos) << out;
-  EXPECT_NE(out.find("full"), std::string::npos) << out;
-  EXPECT_NE(out.find("projected wall time of 2 runs"), std::string::npos) << out;
+  EXPECT_CONTAINS(out, "chunked");
+  EXPECT_CONTAINS(out, "full");
+  EXPECT_CONTAINS(out, "projected wall time of 2 runs");
   EXPECT_FALSE(fs::exists(dir / "out" / "chunked" / "model")) << "--plan must train nothing";
 }
 

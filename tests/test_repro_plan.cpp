@@ -17,10 +17,6 @@ namespace {
 namespace fs = std::filesystem;
 const std::string kBin = PHASEKV_BINARY;
 
-bool has(const std::string& text, const std::string& what) {
-  return text.find(what) != std::string::npos;
-}
-
 // One run alone is never slowed down by a neighbour; two share the machine only while both run.
 TEST(Plan, TheSideBySideSlowdownAppliesOnlyWhileJobsOverlap) {
   EXPECT_DOUBLE_EQ(fifo_makespan({10}, 2, 1.5), 10.0);
@@ -73,15 +69,15 @@ TEST(Plan, ReproPlanUsesTheCpuAffinity) {
                            (dir / "out").string() + " --plan --plan-reps 1";
   const auto one = test::run_command("taskset -c " + std::to_string(first) + " " + kBin + plan);
   ASSERT_EQ(one.status, 0) << one.err;
-  EXPECT_TRUE(has(one.out, "1 of ")) << one.out;
-  EXPECT_TRUE(has(one.out, "--jobs 1 (one thread each)")) << one.out;
-  EXPECT_TRUE(has(one.out, "(1 usable core: one thread at a time)")) << one.out;
-  EXPECT_FALSE(has(one.out, "side by side")) << one.out;
+  EXPECT_CONTAINS(one.out, "1 of ");
+  EXPECT_CONTAINS(one.out, "--jobs 1 (one thread each)");
+  EXPECT_CONTAINS(one.out, "(1 usable core: one thread at a time)");
+  EXPECT_NOT_CONTAINS(one.out, "side by side");
   // Both cores, one run selected: still no side-by-side slowdown for a run that runs alone.
   const auto single = test::run_command(kBin + plan + " --only full");
   ASSERT_EQ(single.status, 0) << single.err;
-  EXPECT_TRUE(has(single.out, "projected wall time of 1 run:")) << single.out;
-  EXPECT_FALSE(has(single.out, "side by side")) << single.out;
+  EXPECT_CONTAINS(single.out, "projected wall time of 1 run:");
+  EXPECT_NOT_CONTAINS(single.out, "side by side");
   EXPECT_EQ(usable_cores(), CPU_COUNT(&set));
   fs::remove_all(dir);
 }

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "io/safetensors.h"
+#include "test_util.h"
 #include "util/error.h"
 #include "util/fs.h"
 
@@ -52,16 +53,7 @@ std::string raw_file(const std::string& header, const std::string& data) {
   return le64(header.size()) + header + data;
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected phasekv::Error";
-  return "";
-}
+using phasekv::test::error_of;
 
 bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
   if (a.scalar_type() != b.scalar_type() || !a.sizes().equals(b.sizes())) return false;
@@ -71,9 +63,6 @@ bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
   return ca.nbytes() == cb.nbytes() &&
          (ca.nbytes() == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), ca.nbytes()) == 0);
 }
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
 
 // 1.0, -2.5, 3.25, 0.5 as IEEE-754 float32, little-endian.
 const std::string kFourFloats =

@@ -179,7 +179,7 @@ TEST(TextDeltas, PiecesConcatenateToTheWholeTextAndNeverSplitACharacter) {
       const std::vector<int32_t> so_far(ids.begin(), ids.begin() + static_cast<long>(t) + 1);
       const std::string piece = deltas.next(so_far, t + 1 == ids.size());
       EXPECT_EQ(first_invalid_utf8(piece), std::string::npos) << t;
-      EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << t << ": a split character";
+      EXPECT_NOT_CONTAINS(piece, "\xEF\xBF\xBD") << t << ": a split character";
       held += piece.empty() ? 1 : 0;
       streamed += piece;
       one_by_one += tokenizer->decode({ids[t]});
@@ -207,7 +207,7 @@ TEST(TextDeltas, AnIncompleteCharacterAtTheEndIsSentWithTheLastToken) {
         deltas.next(std::vector<int32_t>(ids.begin(), ids.begin() + static_cast<long>(t) + 1),
                     t + 1 == ids.size());
   EXPECT_EQ(streamed, tokenizer->decode(ids));
-  EXPECT_NE(streamed.find("\xEF\xBF\xBD"), std::string::npos);
+  EXPECT_CONTAINS(streamed, "\xEF\xBF\xBD");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -229,14 +229,10 @@ TEST_F(ServeClients, UnbindableHostNamesTheFlagAndTheReason) {
   };
   // TEST-NET-1 (RFC 5737): a valid address that no machine here has.
   const std::string foreign = bind_error("192.0.2.1");
-  EXPECT_NE(foreign.find("--host '192.0.2.1' is not an address of this machine"), std::string::npos)
-      << foreign;
+  EXPECT_CONTAINS(foreign, "--host '192.0.2.1' is not an address of this machine");
   const std::string unresolved = bind_error("no-such-host.invalid");
-  EXPECT_NE(unresolved.find("--host 'no-such-host.invalid' is not an address or a host name"),
-            std::string::npos)
-      << unresolved;
-  for (const std::string& e : {foreign, unresolved})
-    EXPECT_EQ(e.find("Success"), std::string::npos) << e;
+  EXPECT_CONTAINS(unresolved, "--host 'no-such-host.invalid' is not an address or a host name");
+  for (const std::string& e : {foreign, unresolved}) EXPECT_NOT_CONTAINS(e, "Success");
 }
 
 }  // namespace

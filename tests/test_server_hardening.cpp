@@ -145,8 +145,8 @@ TEST(ServerBodies, ChunkedBodyOverTheLimitIs413WithoutBeingRead) {
   done = true;
   writer.join();
   EXPECT_EQ(status_of(r), 413) << r.substr(0, 300);
-  EXPECT_NE(body_of(r).find("--max-body-bytes"), std::string::npos) << r;
-  EXPECT_NE(r.find("Connection: close"), std::string::npos) << r;
+  EXPECT_CONTAINS(body_of(r), "--max-body-bytes") << r;
+  EXPECT_CONTAINS(r, "Connection: close");
   EXPECT_LT(took, 3.0);
   // The server stopped reading: the writer got no further than socket buffers and the drain.
   EXPECT_LT(sent.load(), size_t{48} << 20) << "the server read the body on";
@@ -185,9 +185,8 @@ TEST(ServerBodies, BadOrAbsurdContentLengthIsAnsweredAtOnce) {
     EXPECT_LT(since(t), 1.0) << "Content-Length " << value;
     const json e = json::parse(body_of(r), nullptr, false);
     ASSERT_TRUE(e.is_object() && e.contains("error")) << r;
-    EXPECT_NE(e["error"]["message"].get<std::string>().find(status == 413 ? "--max-body-bytes"
-                                                                          : "Content-Length"),
-              std::string::npos)
+    EXPECT_CONTAINS(e["error"]["message"].get<std::string>(),
+                    status == 413 ? "--max-body-bytes" : "Content-Length")
         << r;
   }
   // Both framings at once (request smuggling), an unknown transfer coding, no length at all.
@@ -300,8 +299,8 @@ TEST(ServerSlowClients, FullQueueAnswers503WithRetryAfterAndRecovers) {
       kTokenize));
   const std::string r = extra.response();
   EXPECT_EQ(status_of(r), 503) << r;
-  EXPECT_NE(r.find("Retry-After: 1"), std::string::npos) << r;
-  EXPECT_NE(body_of(r).find("--max-queue"), std::string::npos) << r;
+  EXPECT_CONTAINS(r, "Retry-After: 1");
+  EXPECT_CONTAINS(body_of(r), "--max-queue") << r;
   EXPECT_LT(since(t), 0.5);
   EXPECT_EQ(health(s.port()).first, 200);
   for (auto& c : stalled) {
@@ -322,7 +321,7 @@ TEST(ServerSlowClients, TooManyConnectionsAnswer503) {
   ASSERT_TRUE(ninth.send(head("GET", "/health", "")));
   const std::string r = ninth.response();
   EXPECT_EQ(status_of(r), 503) << r;
-  EXPECT_NE(body_of(r).find("--max-connections"), std::string::npos) << r;
+  EXPECT_CONTAINS(body_of(r), "--max-connections") << r;
   idle.clear();
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(health(s.port()).first, 200);
@@ -366,8 +365,7 @@ TEST(ServerRoutes, WrongMethodOnAKnownPathIs405WithAllow) {
   ASSERT_TRUE(get);
   EXPECT_EQ(get->status, 405);
   EXPECT_EQ(get->get_header_value("Allow"), "POST");
-  EXPECT_NE(get->body.find("GET is not allowed on /v1/completions"), std::string::npos)
-      << get->body;
+  EXPECT_CONTAINS(get->body, "GET is not allowed on /v1/completions");
   auto p = c.Post("/health", "", "application/json");
   ASSERT_TRUE(p);
   EXPECT_EQ(p->status, 405);
@@ -393,7 +391,7 @@ TEST(ServerRoutes, LogprobEntriesPerRequestAreCapped) {
   three["prompt"] = {prompt, prompt, prompt};
   const auto r = post(s.port(), "/v1/completions", three.dump());
   test::expect_error(r, 400, "logprobs", "1323 log-probability entries");
-  EXPECT_NE(r.body.dump().find("--max-logprob-entries"), std::string::npos);
+  EXPECT_CONTAINS(r.body.dump(), "--max-logprob-entries");
   // Chat: max_tokens x (top_logprobs + 1).
   json chat = {{"messages", {{{"role", "user"}, {"content", "k1"}}}},
                {"max_tokens", 10},
@@ -438,7 +436,7 @@ TEST(ServerRoutes, UnknownFieldsAreIgnoredAndNamed) {
   res = c.Post("/v1/completions", body.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200);
-  EXPECT_NE(res->get_header_value("X-Phasekv-Warning").find("logit_bias"), std::string::npos);
+  EXPECT_CONTAINS(res->get_header_value("X-Phasekv-Warning"), "logit_bias");
   // Other routes.
   res = c.Post("/tokenize", R"({"prompt": "k1", "extra": 1})", "application/json");
   ASSERT_TRUE(res);
@@ -544,7 +542,7 @@ TEST(ServerLog, RejectedRequestsAreLogged) {
   for (int i = 0; i < 100 && buf.text().find(want[0]) == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const std::string text = buf.text();
-  for (const std::string& line : want) EXPECT_NE(text.find(line), std::string::npos) << text;
+  for (const std::string& line : want) EXPECT_CONTAINS(text, line);
 }
 
 }  // namespace

@@ -101,7 +101,7 @@ TEST_F(SweepTest, TokenizerRoundTripsTaskNamesAndNamesUnknownWords) {
     tok->encode("k3 banana v1");
     FAIL() << "an unknown word must throw";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'banana'"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "'banana'");
   }
   EXPECT_THROW(tok->decode({29}), Error);
   EXPECT_THROW(WordTokenizer({"a", "b", "a"}), Error);
@@ -144,7 +144,7 @@ TEST_F(SweepTest, ScoreMatchesTheFullForwardAcrossLengthGroups) {
     EXPECT_NEAR(results[i].target_logprob, logp[requests[i].target].item<double>(), 1e-5);
     EXPECT_FALSE(results[i].censored);
   }
-  EXPECT_NE(results.back().error.find("99"), std::string::npos) << results.back().error;
+  EXPECT_CONTAINS(results.back().error, "99");
 }
 
 // Phase ensembling averages these distributions (eval/mitigations.h): they must be the
@@ -178,7 +178,7 @@ TEST_F(SweepTest, DistributionsAreTheProbabilitiesScoreReads) {
     EXPECT_EQ(ensemble[i].argmax, scores[i].argmax);
     EXPECT_NEAR(ensemble[i].target_logprob, scores[i].target_logprob, 1e-12);
   }
-  EXPECT_NE(dists.back().error.find("99"), std::string::npos) << dists.back().error;
+  EXPECT_CONTAINS(dists.back().error, "99");
   EXPECT_TRUE(dists.back().probs.empty());
   EXPECT_EQ(ensemble.back().error, dists.back().error);
 }
@@ -285,8 +285,8 @@ TEST_F(SweepTest, ACorruptLineBeforeTheLastIsAnErrorNamingTheLine) {
     FAIL() << "a corrupt line in the middle must not resume";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("results.jsonl line 5 is not valid JSON"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("corrupt"), std::string::npos) << msg;
+    EXPECT_CONTAINS(msg, "results.jsonl line 5 is not valid JSON");
+    EXPECT_CONTAINS(msg, "corrupt");
   }
   EXPECT_EQ(read_file(o.out_dir + "/results.jsonl"), text);
 }
@@ -319,8 +319,8 @@ TEST_F(SweepTest, RefusesToResumeADifferentSweep) {
     FAIL() << "a different seed must not resume";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    EXPECT_NE(msg.find("different run"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("--out"), std::string::npos) << msg;
+    EXPECT_CONTAINS(msg, "different run");
+    EXPECT_CONTAINS(msg, "--out");
   }
   EXPECT_EQ(read_file(o.out_dir + "/results.jsonl"), before);
 }
@@ -328,12 +328,7 @@ TEST_F(SweepTest, RefusesToResumeADifferentSweep) {
 TEST_F(SweepTest, ValidationFailsBeforeWritingAnything) {
   LocalBackend b = backend();
   auto expect_error = [&](SweepOptions o, const std::string& needle) {
-    try {
-      run_sweep(b, o);
-      ADD_FAILURE() << "expected an error containing '" << needle << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    EXPECT_TRUE(test::throws_containing([&] { run_sweep(b, o); }, needle));
     EXPECT_FALSE(fs::exists(o.out_dir)) << o.out_dir;
   };
   expect_error(options("e0", 0), "examples is 0");
@@ -356,13 +351,13 @@ TEST_F(SweepTest, CommandLineSweepAndCompare) {
   };
   ASSERT_EQ(std::system(sweep("kv", out).c_str()), 0) << read_file(log);
   EXPECT_EQ(read_lines(out + "/results.jsonl").size(), 8u);
-  EXPECT_NE(read_file(out + "/results.jsonl").find("\"in_sequence\""), std::string::npos);
+  EXPECT_CONTAINS(read_file(out + "/results.jsonl"), "\"in_sequence\"");
   const std::string cmp = bin + " compare " + out + " " + out + " --out " + root_.string();
   ASSERT_EQ(std::system((cmp + " > " + log + " 2>&1").c_str()), 0) << read_file(log);
   EXPECT_TRUE(fs::exists(root_ / "compare.svg"));
   EXPECT_TRUE(fs::exists(root_ / "compare.html"));
   EXPECT_NE(std::system(sweep("chess", (root_ / "bad").string()).c_str()), 0);
-  EXPECT_NE(read_file(log).find("allowed: kv, passkey"), std::string::npos) << read_file(log);
+  EXPECT_CONTAINS(read_file(log), "allowed: kv, passkey");
   EXPECT_FALSE(fs::exists(root_ / "bad"));
 }
 

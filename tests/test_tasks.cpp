@@ -7,6 +7,7 @@
 
 #include "task/tasks.h"
 #include "util/error.h"
+#include "test_util.h"
 
 namespace phasekv {
 namespace {
@@ -451,31 +452,30 @@ TEST(Tasks, ConfigRoundTrips) {
 
 TEST(Tasks, ConfigErrorsNameTheKey) {
   const std::string unknown = parse_error({{"n_key", 3}});
-  EXPECT_NE(unknown.find("tasks.json"), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("'n_key'"), std::string::npos) << unknown;
-  EXPECT_NE(unknown.find("n_records"), std::string::npos) << unknown;  // lists the allowed keys
+  EXPECT_CONTAINS(unknown, "tasks.json");
+  EXPECT_CONTAINS(unknown, "'n_key'");
+  EXPECT_CONTAINS(unknown, "n_records");  // lists the allowed keys
 
   const std::string type = parse_error({{"n_keys", "many"}});
-  EXPECT_NE(type.find("'n_keys'"), std::string::npos) << type;
-  EXPECT_NE(type.find("integer"), std::string::npos) << type;
+  EXPECT_CONTAINS(type, "'n_keys'");
+  EXPECT_CONTAINS(type, "integer");
 
-  EXPECT_NE(parse_error({{"n_keys", 2.5}}).find("'n_keys'"), std::string::npos);
-  EXPECT_NE(parse_error({{"name", "qa"}}).find("kv|passkey"), std::string::npos);
-  EXPECT_NE(parse_error({{"record_format", "kvs"}}).find("kv|kv_sep"), std::string::npos);
-  EXPECT_NE(parse_error({{"distinct_values", 1}}).find("'distinct_values'"), std::string::npos);
+  EXPECT_CONTAINS(parse_error({{"n_keys", 2.5}}), "'n_keys'");
+  EXPECT_CONTAINS(parse_error({{"name", "qa"}}), "kv|passkey");
+  EXPECT_CONTAINS(parse_error({{"record_format", "kvs"}}), "kv|kv_sep");
+  EXPECT_CONTAINS(parse_error({{"distinct_values", 1}}), "'distinct_values'");
 
   const std::string queries = parse_error({{"n_records", 2}, {"n_queries", 3}});
-  EXPECT_NE(queries.find("'n_queries'"), std::string::npos) << queries;
-  EXPECT_NE(queries.find("[1, 2]"), std::string::npos) << queries;
+  EXPECT_CONTAINS(queries, "'n_queries'");
+  EXPECT_CONTAINS(queries, "[1, 2]");
 
-  EXPECT_NE(parse_error({{"n_records", 40}}).find("'n_keys'"), std::string::npos);
-  EXPECT_NE(parse_error({{"context_len", 4}}).find("'context_len'"), std::string::npos);
-  EXPECT_NE(parse_error({{"min_context_len", 100}}).find("'min_context_len'"), std::string::npos);
-  EXPECT_NE(parse_error({{"target_depth", 1.5}}).find("'target_depth'"), std::string::npos);
-  EXPECT_NE(parse_error({{"name", "passkey"}, {"n_records", 2}}).find("'n_records'"),
-            std::string::npos);
-  EXPECT_NE(parse_error({{"n_filler", 0}}).find("'n_filler'"), std::string::npos);
-  EXPECT_NE(parse_error(nlohmann::json::array()).find("object"), std::string::npos);
+  EXPECT_CONTAINS(parse_error({{"n_records", 40}}), "'n_keys'");
+  EXPECT_CONTAINS(parse_error({{"context_len", 4}}), "'context_len'");
+  EXPECT_CONTAINS(parse_error({{"min_context_len", 100}}), "'min_context_len'");
+  EXPECT_CONTAINS(parse_error({{"target_depth", 1.5}}), "'target_depth'");
+  EXPECT_CONTAINS(parse_error({{"name", "passkey"}, {"n_records", 2}}), "'n_records'");
+  EXPECT_CONTAINS(parse_error({{"n_filler", 0}}), "'n_filler'");
+  EXPECT_CONTAINS(parse_error(nlohmann::json::array()), "object");
   EXPECT_EQ(parse_error({{"target_depth", -1}}), "");
 }
 

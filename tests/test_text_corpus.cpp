@@ -45,7 +45,7 @@ TEST(TextCorpus, SplitsTrainingAndHeldOutFilesEachAfterTheStartId) {
       tokenize_corpus(m, tok);
       ADD_FAILURE() << "accepted a corpus with " << held << " held-out files";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(m), std::string::npos) << e.what();
+      EXPECT_CONTAINS(e.what(), m);
     }
   }
   fs::remove_all(dir);

@@ -312,9 +312,9 @@ TEST(Theory, SmallSweepWritesItsFiles) {
   ASSERT_EQ(paths.size(), 4u);
   for (const auto& p : paths) EXPECT_TRUE(std::filesystem::exists(p)) << p;
   const std::string svg = test::slurp(dir / "coverage.svg");
-  EXPECT_NE(svg.find("<svg"), std::string::npos);
-  EXPECT_NE(svg.find("random picks, S=3"), std::string::npos);
-  EXPECT_NE(test::slurp(dir / "coverage.csv").find("3,16,0.05,2,2,2,1.0000"), std::string::npos);
+  EXPECT_CONTAINS(svg, "<svg");
+  EXPECT_CONTAINS(svg, "random picks, S=3");
+  EXPECT_CONTAINS(test::slurp(dir / "coverage.csv"), "3,16,0.05,2,2,2,1.0000");
 }
 
 TEST(Theory, LineChartIsWellFormed) {
@@ -326,15 +326,15 @@ TEST(Theory, LineChartIsWellFormed) {
   c.series.push_back({"dashed", {0, 2}, {1, 0}, {0.9, 0}, {1, 0.1}, true, false, 6});
   const std::string svg = line_svg(c);
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
-  EXPECT_NE(svg.find("</svg>"), std::string::npos);
-  EXPECT_NE(svg.find("t &lt;1&gt;"), std::string::npos);
-  EXPECT_NE(svg.find("a &amp; b"), std::string::npos);
+  EXPECT_CONTAINS(svg, "</svg>");
+  EXPECT_CONTAINS(svg, "t &lt;1&gt;");
+  EXPECT_CONTAINS(svg, "a &amp; b");
   size_t groups = 0;
   for (size_t p = svg.find("class=\"series\""); p != std::string::npos;
        p = svg.find("class=\"series\"", p + 1))
     ++groups;
   EXPECT_EQ(groups, 2u);
-  EXPECT_NE(svg.find("stroke-dasharray"), std::string::npos);
+  EXPECT_CONTAINS(svg, "stroke-dasharray");
   c.series[0].y.pop_back();
   EXPECT_THROW(line_svg(c), Error);
   EXPECT_THROW(line_svg(LineChart{}), Error);
@@ -354,12 +354,12 @@ TEST(Theory, BadSettingsNameTheFlag) {
   EXPECT_EQ(message([&] { validate(c); }), "--heads must be in [1, 64], got 0");
   c = ModelConfig{};
   c.vocab = 10;
-  EXPECT_NE(message([&] { validate(c); }).find("--vocab must be at least --chunks x --stride = 16"),
-            std::string::npos);
+  EXPECT_CONTAINS(message([&] { validate(c); }),
+                  "--vocab must be at least --chunks x --stride = 16");
   c = ModelConfig{};
   c.vocab = 64;
   c.epsilon = 0.45;
-  EXPECT_NE(message([&] { Model m(c); }).find("--epsilon 0.45 is too large"), std::string::npos);
+  EXPECT_CONTAINS(message([&] { Model m(c); }), "--epsilon 0.45 is too large");
   FlowConfig f;
   f.integrator = "rk2";
   EXPECT_EQ(message([&] { validate(f); }), "--integrator must be euler or rk4, got 'rk2'");
@@ -372,13 +372,11 @@ TEST(Theory, BadSettingsNameTheFlag) {
   const std::string cmd = std::string(PHASEKV_BINARY) + " theory --stride 1 --out " +
                           (dir / "o").string() + " > " + log + " 2>&1";
   EXPECT_NE(std::system(cmd.c_str()), 0);
-  EXPECT_NE(test::slurp(log).find("--stride must be in [2, 64], got 1"), std::string::npos)
-      << test::slurp(log);
+  EXPECT_CONTAINS(test::slurp(log), "--stride must be in [2, 64], got 1");
   const std::string cmd2 = std::string(PHASEKV_BINARY) + " theory sweep --seeds 0 --out " +
                            (dir / "o").string() + " > " + log + " 2>&1";
   EXPECT_NE(std::system(cmd2.c_str()), 0);
-  EXPECT_NE(test::slurp(log).find("--seeds must be in [1, 100000], got 0"), std::string::npos)
-      << test::slurp(log);
+  EXPECT_CONTAINS(test::slurp(log), "--seeds must be in [1, 100000], got 0");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // configs for every attention variant, seeded models and tokens.
 #pragma once
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -26,8 +28,71 @@
 #include "model/decoder.h"
 #endif
 #include "task/tasks.h"
+#include "util/error.h"
 
 namespace phasekv::test {
+
+// EXPECT_CONTAINS(haystack, needle) and its negation: on failure both strings are printed, so a
+// test shows the message it got instead of "find(...) != npos". Either may be a std::string, a
+// string_view or a C string.
+inline ::testing::AssertionResult contains_format(const char* haystack_expr,
+                                                  const char* needle_expr,
+                                                  std::string_view haystack,
+                                                  std::string_view needle) {
+  if (haystack.find(needle) != std::string_view::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << haystack_expr << " does not contain " << needle_expr << "\n  needle:   \""
+         << needle << "\"\n  haystack: \"" << haystack << "\"";
+}
+inline ::testing::AssertionResult not_contains_format(const char* haystack_expr,
+                                                      const char* needle_expr,
+                                                      std::string_view haystack,
+                                                      std::string_view needle) {
+  const size_t at = haystack.find(needle);
+  if (at == std::string_view::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << haystack_expr << " contains " << needle_expr << " at offset " << at
+         << "\n  needle:   \"" << needle << "\"\n  haystack: \"" << haystack << "\"";
+}
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_PRED_FORMAT2(::phasekv::test::contains_format, haystack, needle)
+#define ASSERT_CONTAINS(haystack, needle) \
+  ASSERT_PRED_FORMAT2(::phasekv::test::contains_format, haystack, needle)
+#define EXPECT_NOT_CONTAINS(haystack, needle) \
+  EXPECT_PRED_FORMAT2(::phasekv::test::not_contains_format, haystack, needle)
+#define ASSERT_NOT_CONTAINS(haystack, needle) \
+  ASSERT_PRED_FORMAT2(::phasekv::test::not_contains_format, haystack, needle)
+
+// Success when `f()` throws an E (phasekv::Error unless named) whose message contains `fragment`;
+// otherwise a failure that says what happened (no error, or the message it got). Use as
+// EXPECT_TRUE(test::throws_containing([&] { ... }, "fragment")): the failure names the caller's
+// line. Any other exception propagates and fails the test.
+template <class E = Error, class F>
+::testing::AssertionResult throws_containing(F&& f, std::string_view fragment) {
+  try {
+    f();
+  } catch (const E& e) {
+    const std::string_view what = e.what();
+    if (what.find(fragment) != std::string_view::npos) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "the error does not contain \"" << fragment
+                                         << "\"\n  error: \"" << what << "\"";
+  }
+  return ::testing::AssertionFailure() << "no error; wanted one containing \"" << fragment
+                                       << "\"";
+}
+
+// The message of the phasekv::Error that `f()` throws, for a test that checks several parts of it
+// (EXPECT_CONTAINS each); "" and a failure when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no error (a phasekv::Error was expected)";
+  return "";
+}
 
 // A new empty directory under the system temp dir, unique per process and call.
 inline std::filesystem::path temp_dir(const std::string& name) {

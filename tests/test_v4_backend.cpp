@@ -56,10 +56,8 @@ TEST(V4Backend, ScoresAreTheFullForwardsLastPosition) {
     EXPECT_DOUBLE_EQ(got[i].target_logprob, want[requests[i].target].item<double>());
     EXPECT_EQ(got[i].argmax, want.argmax().item<int64_t>());
   }
-  EXPECT_NE(got[4].error.find("context token id 40 outside the vocabulary [0, 32)"),
-            std::string::npos)
-      << got[4].error;
-  EXPECT_NE(got[5].error.find("empty context"), std::string::npos);
+  EXPECT_CONTAINS(got[4].error, "context token id 40 outside the vocabulary [0, 32)");
+  EXPECT_CONTAINS(got[5].error, "empty context");
   const std::vector<Distribution> d = b.next_token_distributions({requests[0]});
   ASSERT_EQ(d[0].probs.size(), 32u);
   EXPECT_NEAR(std::log(d[0].probs[requests[0].target]), got[0].target_logprob, 1e-12);

@@ -35,12 +35,7 @@ json flash_like() {
 }
 
 std::string error_of(const json& j) {
-  try {
-    v4::config_from_json(j, "dir/config.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test::error_of([&] { v4::config_from_json(j, "dir/config.json"); });
 }
 
 TEST(V4Config, ReadsHfKeys) {
@@ -89,8 +84,8 @@ TEST(V4Config, NamedErrors) {
     return error_of(j);
   };
   auto expect_has = [](const std::string& msg, const std::string& part) {
-    EXPECT_NE(msg.find(part), std::string::npos) << msg;
-    EXPECT_NE(msg.find("dir/config.json"), std::string::npos) << msg;
+    EXPECT_CONTAINS(msg, part);
+    EXPECT_CONTAINS(msg, "dir/config.json");
   };
   expect_has(with("my_key", 1), "unknown key 'my_key' (allowed:");
   expect_has(with("compress_ratios", json::array({0, 4})), "'compress_ratios' has 2 entries");

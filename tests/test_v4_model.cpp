@@ -228,20 +228,16 @@ TEST(V4ModelDir, NamedErrors) {
     t.erase(std::find_if(t.begin(), t.end(),
                          [](auto& p) { return p.first == "layers.1.attn.compressor.ape"; }));
   });
-  EXPECT_NE(
-      test::v4_load_error(dir).find("missing tensor 'layers.1.attn.compressor.ape' (expected shape "
-                                    "[4, 16])"),
-      std::string::npos)
-      << test::v4_load_error(dir);
+  EXPECT_CONTAINS(test::v4_load_error(dir),
+                  "missing tensor 'layers.1.attn.compressor.ape' (expected shape "
+                  "[4, 16])");
   rewrite([](NamedTensors& t) {
     for (auto& [n, x] : t)
       if (n == "layers.1.attn.compressor.ape") x = torch::zeros({4, 8});
   });
-  EXPECT_NE(
-      test::v4_load_error(dir).find("'layers.1.attn.compressor.ape' has shape [4, 8] (expected [4, "
-                                    "16]"),
-      std::string::npos)
-      << test::v4_load_error(dir);
+  EXPECT_CONTAINS(test::v4_load_error(dir),
+                  "'layers.1.attn.compressor.ape' has shape [4, 8] (expected [4, "
+                  "16]");
   // MTP tensors and a hash layer's unused selection bias are skipped; anything else is refused.
   rewrite([](NamedTensors& t) {
     t.emplace_back("mtp.0.attn.wkv.weight", torch::zeros({2}));
@@ -249,13 +245,12 @@ TEST(V4ModelDir, NamedErrors) {
   });
   EXPECT_EQ(test::v4_load_error(dir), "");
   rewrite([](NamedTensors& t) { t.emplace_back("layers.0.attn.wq.weight", torch::zeros({2})); });
-  EXPECT_NE(test::v4_load_error(dir).find("unexpected tensor 'layers.0.attn.wq.weight'"),
-            std::string::npos);
+  EXPECT_CONTAINS(test::v4_load_error(dir), "unexpected tensor 'layers.0.attn.wq.weight'");
   rewrite([](NamedTensors& t) {
     for (auto& [n, x] : t)
       if (n == "layers.0.ffn.gate.tid2eid") x = torch::full_like(x, 3);
   });
-  EXPECT_NE(test::v4_load_error(dir).find("expert ids outside [0, 3)"), std::string::npos);
+  EXPECT_CONTAINS(test::v4_load_error(dir), "expert ids outside [0, 3)");
 }
 
 TEST(V4Cli, InitThenLogits) {

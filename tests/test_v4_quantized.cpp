@@ -167,9 +167,6 @@ void write_quantized_dir(const std::filesystem::path& dir, const v4::V4Config& c
   write_safetensors(dir / "model.safetensors", tensors);
 }
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
-
 }  // namespace
 
 // One attention layer's FP8 projections and one expert's MXFP4 weights, synthesised: each loads to

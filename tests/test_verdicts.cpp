@@ -58,15 +58,15 @@ TEST(Verdicts, AnIncompleteRunGetsNoVerdictAndFailsTheGate) {
   EXPECT_EQ(v.kind, VerdictKind::kIncomplete);
   EXPECT_EQ(v.text().rfind("no verdict, incomplete: 800 of 2400 outcomes (1600 items", 0), 0u)
       << v.text();
-  EXPECT_EQ(v.text().find("phase-sensitive"), std::string::npos);
+  EXPECT_NOT_CONTAINS(v.text(), "phase-sensitive");
   SlaGate gate;
   gate.max_gap_pp = 100.0;  // passes any complete run
   const SlaVerdict g = evaluate_sla(gate, s);
   EXPECT_FALSE(g.passed);
-  EXPECT_NE(g.line.find("incomplete, 800 of 2400 outcomes"), std::string::npos) << g.line;
+  EXPECT_CONTAINS(g.line, "incomplete, 800 of 2400 outcomes");
   const std::string html = report_html("m", s, nlohmann::json::object());
-  EXPECT_NE(html.find("800 of 2400 outcomes"), std::string::npos);
-  EXPECT_NE(html.find("verdict incomplete"), std::string::npos);
+  EXPECT_CONTAINS(html, "800 of 2400 outcomes");
+  EXPECT_CONTAINS(html, "verdict incomplete");
 }
 
 TEST(Verdicts, AModelAtOrBelowTheShortcutIsUninformativeNotFlat) {
@@ -84,7 +84,7 @@ TEST(Verdicts, AModelAtOrBelowTheShortcutIsUninformativeNotFlat) {
   gate.max_gap_pp = 5.0;
   gate.min_worst_acc = 0.0;
   EXPECT_FALSE(evaluate_sla(gate, zero).passed) << evaluate_sla(gate, zero).line;
-  EXPECT_NE(evaluate_sla(gate, zero).line.find("uninformative"), std::string::npos);
+  EXPECT_CONTAINS(evaluate_sla(gate, zero).line, "uninformative");
   // Noise around the shortcut (0.23-0.30, 100 examples): no phase's interval clears it.
   PhaseSummary chance =
       summarize(outcomes_at({0.25, 0.3, 0.23, 0.27, 0.25, 0.28, 0.24, 0.26}, 100), 8, 4, quick());
@@ -135,9 +135,8 @@ TEST(Verdicts, InitRefusesToWriteOverAModelWithoutForce) {
   test::write_text(dir / "tokenizer.json", "{}");
   EXPECT_NE(std::system((init + " > " + log + " 2>&1").c_str()), 0);
   const std::string msg = read_file(log);
-  EXPECT_NE(msg.find("already holds a model (task.json, tokenizer.json)"), std::string::npos)
-      << msg;
-  EXPECT_NE(msg.find("--force"), std::string::npos) << msg;
+  EXPECT_CONTAINS(msg, "already holds a model (task.json, tokenizer.json)");
+  EXPECT_CONTAINS(msg, "--force");
   EXPECT_FALSE(fs::exists(dir / "model.safetensors"));
   ASSERT_EQ(std::system((init + " --force > " + log + " 2>&1").c_str()), 0) << read_file(log);
   EXPECT_TRUE(fs::exists(dir / "model.safetensors"));
