@@ -68,8 +68,8 @@ size_t count_lines(const fs::path& p) {
   return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
 }
 
-TEST(Runner, KilledTextAuditOfPhasekvServeResumesToTheUninterruptedRecords) {
-  const fs::path root = test::temp_dir("runner_kill");
+TEST(AuditResume, KilledTextAuditOfPhasekvServeResumesToTheUninterruptedRecords) {
+  const fs::path root = test::temp_dir("audit_resume");
   test::ServeProcess server(kBin, text_model_dir(root), root / "serve.log");
   ASSERT_FALSE(server.endpoint().empty()) << server.log();
   const int examples = 40, modulus = 8;
