@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -121,12 +124,89 @@ TEST(Report, SvgSeveralSeriesShareLegendAndStride) {
   EXPECT_THROW(phase_svg({}, "empty"), Error);
 }
 
-TEST(Report, SvgMapsAccuracyToTheAxis) {
-  // Every phase correct: points sit on the top edge of the plot, error bars reach it.
+// The 95 % Wilson score interval of k successes in n, written out here so that the chart is
+// checked against a formula independent of eval/stats.
+std::pair<double, double> wilson95(int k, int n) {
+  const double z = 1.959963984540054, p = static_cast<double>(k) / n, z2n = z * z / n;
+  const double centre = (p + z2n / 2) / (1 + z2n);
+  const double half = z * std::sqrt(p * (1 - p) / n + z * z / (4.0 * n * n)) / (1 + z2n);
+  return {std::max(0.0, centre - half), std::min(1.0, centre + half)};
+}
+
+// Reads the chart back: the y axis from its own tick labels, then every point and error bar as an
+// accuracy. Points, bars and tooltips must be the per-phase numbers, phase by phase, left to right.
+TEST(Report, SvgPointsAndErrorBarsReadBackAsAccuracyAndWilsonInterval) {
+  const int kExamples = 5;
+  const std::vector<int> correct = {5, 3, 0, 1};  // per phase, of 5
   std::vector<PhaseOutcome> outcomes;
-  for (int e = 0; e < 5; ++e) outcomes.push_back({e, 0, true}), outcomes.push_back({e, 1, true});
-  const std::string svg = phase_svg({{"all", summarize(outcomes, 2, 0, {10, 10, 1})}}, "t");
-  EXPECT_EQ(count(svg, "cy=\"56.0\""), 2u);
+  for (int e = 0; e < kExamples; ++e)
+    for (int r = 0; r < 4; ++r) outcomes.push_back({e, r, e < correct[static_cast<size_t>(r)]});
+  const std::string svg = phase_svg({{"mixed", summarize(outcomes, 4, 0, {10, 10, 1})}}, "t");
+  ASSERT_EQ(tag_structure_error(svg), "");
+
+  // The y axis: six gridlines labelled 0.0 .. 1.0, 0.0 on the plot frame's bottom edge and 1.0 on
+  // its top edge.
+  const std::regex tick_re(
+      "<line x1=\"[0-9.]+\" y1=\"([0-9.]+)\" x2=\"[0-9.]+\" y2=\"\\1\" stroke=\"#dddddd\"/>\n"
+      "<text [^>]*text-anchor=\"end\">([0-9.]+)</text>");
+  std::map<std::string, double> tick_y;
+  for (std::sregex_iterator it(svg.begin(), svg.end(), tick_re), end; it != end; ++it)
+    tick_y[(*it)[2]] = std::stod((*it)[1]);
+  ASSERT_EQ(tick_y.size(), 6u) << svg;
+  ASSERT_TRUE(tick_y.count("0.0") && tick_y.count("1.0")) << svg;
+  const double y0 = tick_y["0.0"], y1 = tick_y["1.0"];
+  ASSERT_GT(y0, y1);  // accuracy grows upwards
+  std::smatch frame;
+  ASSERT_TRUE(std::regex_search(svg, frame,
+                                std::regex("<rect x=\"[0-9.]+\" y=\"([0-9.]+)\" width=\"[0-9.]+\" "
+                                           "height=\"([0-9.]+)\" fill=\"none\"")))
+      << svg;
+  EXPECT_NEAR(y1, std::stod(frame[1]), 0.05);
+  EXPECT_NEAR(y0, std::stod(frame[1]) + std::stod(frame[2]), 0.05);
+  for (const auto& [label, y] : tick_y)  // the other ticks lie on the same linear axis
+    EXPECT_NEAR(y, y0 + std::stod(label) * (y1 - y0), 0.05) << label;
+  auto acc_at = [&](const std::string& y) { return (y0 - std::stod(y)) / (y0 - y1); };
+  const double kTol = 1e-3;  // coordinates are written to 0.1 px of a ~300 px axis
+
+  const std::regex point_re(
+      "<circle class=\"point\" cx=\"([0-9.]+)\" cy=\"([0-9.]+)\" [^>]*><title>([^<]*)</title>");
+  const std::regex bar_re("<path class=\"errbar\" d=\"M([0-9.]+),([0-9.]+)V([0-9.]+)M");
+  const std::regex label_re(
+      "<text x=\"([0-9.]+)\" y=\"[0-9.]+\" text-anchor=\"middle\">([0-9]+)</text>");
+  std::vector<std::smatch> points, bars, labels;
+  for (std::sregex_iterator it(svg.begin(), svg.end(), point_re), end; it != end; ++it)
+    points.push_back(*it);
+  for (std::sregex_iterator it(svg.begin(), svg.end(), bar_re), end; it != end; ++it)
+    bars.push_back(*it);
+  for (std::sregex_iterator it(svg.begin(), svg.end(), label_re), end; it != end; ++it)
+    labels.push_back(*it);
+  ASSERT_EQ(points.size(), correct.size()) << svg;
+  ASSERT_EQ(bars.size(), correct.size()) << svg;
+  ASSERT_EQ(labels.size(), correct.size()) << svg;  // the x axis: one label per phase
+  double mean = 0.0;
+  for (size_t r = 0; r < correct.size(); ++r) {
+    SCOPED_TRACE("phase " + std::to_string(r));
+    const double acc = static_cast<double>(correct[r]) / kExamples;
+    const auto [lo, hi] = wilson95(correct[r], kExamples);
+    mean += acc / static_cast<double>(correct.size());
+    EXPECT_EQ(labels[r][2], std::to_string(r));
+    EXPECT_EQ(points[r][1], labels[r][1]);  // one series: the point sits over its phase label
+    if (r > 0) {
+      EXPECT_GT(std::stod(points[r][1]), std::stod(points[r - 1][1]));
+    }
+    EXPECT_NEAR(acc_at(points[r][2]), acc, kTol);
+    EXPECT_EQ(bars[r][1], points[r][1]);  // the bar stands on its point's x
+    EXPECT_NEAR(acc_at(bars[r][2]), lo, kTol);
+    EXPECT_NEAR(acc_at(bars[r][3]), hi, kTol);
+    EXPECT_EQ(points[r][3].str(),
+              fmt::format("mixed r={}: {:.3f} [{:.3f}, {:.3f}], n={}", r, acc, lo, hi, kExamples));
+  }
+  std::smatch mean_line;
+  ASSERT_TRUE(
+      std::regex_search(svg, mean_line, std::regex("<line class=\"mean\" [^>]*y1=\"([0-9.]+)\"")));
+  EXPECT_NEAR(acc_at(mean_line[1]), mean, kTol);
+  EXPECT_CONTAINS(svg, "bars: 95% Wilson CI; dashed: mean");
+  EXPECT_CONTAINS(svg, "phase r = target position mod 4");
 }
 
 TEST(Report, HtmlIsSelfContained) {
