@@ -9,7 +9,7 @@
 #                                   (the text rendering needs a tokenizer that knows its words,
 #                                   which no bundled model has: HardeningDrills.TextAudit... in
 #                                   tests/test_hardening_drills.cpp kills it against a fake
-#                                   llama-server, Runner.KilledTextAudit... in test_runner.cpp
+#                                   llama-server, AuditResume.KilledTextAudit... in test_audit_resume.cpp
 #                                   against phasekv serve of a random model over those words)
 #   bash scripts/drills.sh repro    kill -9 a `phasekv repro` of scripts/drills/suite.toml and its
 #                                   children (the process group, as a job scheduler or the OOM

@@ -80,18 +80,8 @@ std::vector<std::string> code_files() {
   return files;
 }
 
-// test_util.h's temp_dir would pull in libtorch; this file is built without it.
-fs::path fresh_dir() {
-  static int counter = 0;
-  const fs::path d = fs::temp_directory_path() / ("phasekv-flips-" + std::to_string(::getpid()) +
-                                                  "-" + std::to_string(counter++));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
 struct Fixture {
-  fs::path dir = fresh_dir();
+  fs::path dir = test::temp_dir("flips");
   std::string manifest = test::write_manifest(dir, code_files(), 2);
   ~Fixture() { fs::remove_all(dir); }
   json spec(int sites = 12) const {

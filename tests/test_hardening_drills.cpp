@@ -3,7 +3,7 @@
 // uninterrupted run's byte for byte. scripts/drills.sh runs the same drill for `--render ids`
 // against `phasekv serve` of a bundled model; their word tokenizers refuse the text rendering's
 // words, so this one runs against the fake llama-server of the audit tests (fake_llamacpp.h),
-// kept up across the kills so that its toy tokenizer's ids stay the same. (test_runner.cpp kills
+// kept up across the kills so that its toy tokenizer's ids stay the same. (test_audit_resume.cpp kills
 // a text audit of `phasekv serve` once, with a random model over the rendering's words.)
 #include <gtest/gtest.h>
 #include <signal.h>
