@@ -150,11 +150,16 @@ void check_conform_file(const json& row, const std::string& file) {
   for (const char* key :
        {"condition", "items", "max_dlogprob", "greedy_flips", "verdict_flips", "verdict", "phases"})
     if (!s.contains(key)) refuse(std::string("conform.") + key);
-  for (const json& p : s["phases"])
-    for (const char* key : {"r", "n", "scored", "max_dlogprob", "mean_dlogprob", "median_dlogprob",
+  for (const json& p : s["phases"]) {
+    for (const char* key : {"n", "scored", "max_dlogprob", "mean_dlogprob", "median_dlogprob",
                             "beyond_tolerance", "greedy_flips", "verdict_flips"})
       if (!p.is_object() || !p.contains(key)) refuse(std::string("conform.phases[].") + key);
+    if (!p.contains("phase") && !p.contains("r")) refuse("conform.phases[].phase");
+  }
 }
+
+// A phase row's phase: "phase", or "r" in files written before the key followed the glossary.
+int phase_of(const json& p) { return (p.contains("phase") ? p["phase"] : p["r"]).get<int>(); }
 
 // Every OUT/<condition>/conform.json, in name order.
 std::vector<json> measured_conditions(const std::string& out) {
@@ -195,12 +200,12 @@ std::string conditions_table(const std::vector<json>& rows) {
 // One row per condition and phase: what a plot of deviation against phase needs.
 std::string conditions_csv(const std::vector<json>& rows) {
   std::string csv =
-      "condition,r,n,scored,max_dlogprob,mean_dlogprob,median_dlogprob,beyond_tolerance,"
+      "condition,phase,n,scored,max_dlogprob,mean_dlogprob,median_dlogprob,beyond_tolerance,"
       "greedy_flips,verdict_flips\n";
   for (const json& c : rows)
     for (const json& p : c["conform"]["phases"])
       csv += fmt::format("{},{},{},{},{:.6e},{:.6e},{:.6e},{},{},{}\n",
-                         c["conform"]["condition"].get<std::string>(), p["r"].get<int>(),
+                         c["conform"]["condition"].get<std::string>(), phase_of(p),
                          p["n"].get<int64_t>(), p["scored"].get<int64_t>(),
                          p["max_dlogprob"].get<double>(), p["mean_dlogprob"].get<double>(),
                          p["median_dlogprob"].get<double>(), p["beyond_tolerance"].get<int64_t>(),

@@ -143,7 +143,7 @@ ConformSummary conform_summary(const RunResult& reference, const RunResult& engi
 nlohmann::json ConformSummary::to_json() const {
   nlohmann::json rows = nlohmann::json::array();
   for (const ConformPhase& p : phases)
-    rows.push_back({{"r", p.r},
+    rows.push_back({{"phase", p.r},
                     {"n", p.n},
                     {"scored", p.scored},
                     {"max_dlogprob", p.max_dlogprob},
@@ -154,7 +154,7 @@ nlohmann::json ConformSummary::to_json() const {
                     {"verdict_flips", p.verdict_flips}});
   nlohmann::json jump_rows = nlohmann::json::array();
   for (const Jump& j : jumps)
-    jump_rows.push_back({{"example", j.example}, {"r", j.r}, {"dlogprob", j.dlogprob}});
+    jump_rows.push_back({{"example", j.example}, {"phase", j.r}, {"dlogprob", j.dlogprob}});
   return {{"condition", condition},       {"modulus", modulus},
           {"tolerance", tolerance},       {"phases", rows},
           {"max_dlogprob", max_dlogprob}, {"items", items},
