@@ -29,6 +29,8 @@
 #   V4_MODEL=DIR  also a DeepSeek-V4 model directory (config.json, model.safetensors, task.json):
 #                 served as llama.cpp's deepseek4, audited blind, compared, and held to
 #                 `phasekv conform` (docs/CONFORM.md)
+#   V4_ONLY=1     with V4_MODEL: only the DeepSeek-V4 part (no qwen3 models, no long documents)
+#   CONFORM_EXAMPLES=N  logical examples per conformance condition (default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/interop-llamacpp}
@@ -63,9 +65,13 @@ echo "== llama-server: $LLAMA_VERSION (node-llama-cpp $NODE_LLAMA_CPP)"
 
 # --- the models as GGUF -----------------------------------------------------------------------
 export PYTHONPATH=$WORK/src/gguf-py
-$PY scripts/interop/phasekv_to_gguf.py models/kv-full "$OUT/kv-full.gguf"
-$PY scripts/interop/phasekv_to_gguf.py models/code-full "$OUT/code-full.gguf" \
-  --chat-template scripts/interop/plain-chat.jinja
+QWEN3=1
+[ "${V4_ONLY:-0}" = 0 ] || { [ -n "${V4_MODEL:-}" ] || { echo "V4_ONLY=1 needs V4_MODEL=DIR" >&2; exit 2; }; QWEN3=0; }
+if [ "$QWEN3" = 1 ]; then
+  $PY scripts/interop/phasekv_to_gguf.py models/kv-full "$OUT/kv-full.gguf"
+  $PY scripts/interop/phasekv_to_gguf.py models/code-full "$OUT/code-full.gguf" \
+    --chat-template scripts/interop/plain-chat.jinja
+fi
 
 # --- servers ----------------------------------------------------------------------------------
 PIDS=()
@@ -102,6 +108,7 @@ compare() { # A B: records of two runs, joined on (example, phase[, cell])
   $PY scripts/interop/compare_records.py "$OUT/$1" "$OUT/$2" | tee "$OUT/compare-$1-vs-$2.txt"
 }
 
+qwen3_models() { # the bundled full-attention models as llama.cpp's qwen3
 # kv-full: token ids, against the in-process sweep of the same examples.
 llama "$OUT/kv-full.gguf" kv-full 8091 512
 $PHASEKV sweep --model models/kv-full --task kv --padding prefix --modulus 8 \
@@ -138,6 +145,8 @@ audit 8094 code-full-phasekv-chat code-full-chat-llamacpp-phasekv-template "${TE
 compare code-full-text-phasekv code-full-text-llamacpp
 compare code-full-text-generate-phasekv code-full-text-generate-llamacpp
 compare code-full-chat-phasekv code-full-chat-llamacpp-phasekv-template
+}
+[ "$QWEN3" = 0 ] || qwen3_models
 
 # A DeepSeek-V4 trained by phasekv (V4_MODEL, a V4 model directory with its task.json): llama.cpp's
 # deepseek4 serves its f32 GGUF (flash attention off: docs/CONFORM.md), the audit finds its period
@@ -151,10 +160,11 @@ if [ -n "${V4_MODEL:-}" ]; then
   M=24 audit 8096 v4 v4-ids --render ids --task-config "$V4_MODEL/task.json" --task lookup \
     --top-n 1000
   compare v4-sweep v4-ids
-  PHASEKV=$PHASEKV PORT=8097 bash scripts/interop/conform-deepseek4.sh "$V4_MODEL" "$OUT/v4-conform"
+  EXAMPLES=${CONFORM_EXAMPLES:-10} PHASEKV=$PHASEKV PORT=8097 \
+    bash scripts/interop/conform-deepseek4.sh "$V4_MODEL" "$OUT/v4-conform"
 fi
 
-if [ "${LONG:-1}" != 0 ]; then
+if [ "${LONG:-1}" != 0 ] && [ "$QWEN3" = 1 ]; then
   # Long documents of natural text, through a GGUF that declares a 133,120-token context
   # (llama-server caps a slot to the declared length; the model was trained on 512 tokens, so
   # these audits test the harness and the server, not the model's retrieval). 128K-token items
