@@ -105,6 +105,21 @@ TEST(Bundled, LookupChunkedModelHasInteriorWeakSpotsWithPeriod8) {
   fs::remove_all(dir);
 }
 
+// The bundled DeepSeek-V4 (models/v4-lookup: CSA ratio 4 and HCA 128, docs/DEEPSEEK-V4.md) has no
+// single stride, so its sweep searches the period blind: it must find 4, the CSA ratio, with a gap
+// far beyond noise (200 examples at M = 24 measured 74 pp, 95 % CI [63.5, 84.7]). M = 8: the
+// smallest modulus in which a period of 4 repeats.
+TEST(Bundled, V4LookupModelHasPeriodOfItsCsaRatio) {
+  const fs::path dir = fresh_dir("v4_lookup");
+  const json s = sweep("v4-lookup", dir / "sweep", 40, "lookup", 8);
+  EXPECT_TRUE(s["stride"].is_null()) << s["stride"];
+  EXPECT_EQ(s["period"]["detected"].get<int>(), 4) << s["period"];
+  EXPECT_LT(s["period"]["p_value"].get<double>(), 0.01);
+  EXPECT_GT(s["gap_ci_pp"][0].get<double>(), 40.0) << s["gap_ci_pp"];
+  EXPECT_GT(s["mean_acc"].get<double>(), s["meta"]["shortcut_ceiling"].get<double>());
+  fs::remove_all(dir);
+}
+
 TEST(Bundled, LookupFullAttentionControlRetrievesAtEveryPhase) {
   const fs::path dir = fresh_dir("lookup_full");
   const json s = sweep("lookup-full", dir / "sweep", 60, "lookup", 16);
