@@ -11,7 +11,7 @@
 #include "eval/value_period.h"
 #include "probe/probe.h"
 #include "test_util.h"
-#include "train/train_config.h"
+#include "util/config_file.h"
 #include "util/error.h"
 
 namespace phasekv {

@@ -10,7 +10,7 @@
 
 #include "eval/stats.h"
 #include "task/filler_corpus.h"
-#include "train/train_config.h"
+#include "util/config_file.h"
 #include "util/error.h"
 #include "util/hash.h"
 #include "util/json_read.h"

@@ -9,7 +9,7 @@
 
 #include "eval/value_period.h"
 #include "report/report.h"
-#include "train/train_config.h"
+#include "util/config_file.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/hash.h"

@@ -9,6 +9,7 @@
 
 #include "eval/sweep.h"
 #include "train/train_config.h"
+#include "util/config_file.h"
 #include "util/error.h"
 #include "util/json_read.h"
 

@@ -87,8 +87,6 @@ struct TrainConfig {
 // A TOML file, or JSON when the path ends in ".json" (e.g. a run's resolved config written by
 // `phasekv repro`).
 TrainConfig train_config_from_file(const std::string& path);
-// The file as JSON (TOML tables become objects); a syntax error throws naming path:line:column.
-nlohmann::json read_config_file(const std::string& path);
 TrainConfig train_config_from_json(const nlohmann::json& j, const std::string& where,
                                    const std::string& base_dir);
 nlohmann::json train_options_to_json(const TrainOptions& t);
