@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "io/tokenizer.h"
-#include "task/filler_corpus.h"
 #include "util/error.h"
+#include "util/manifest.h"
 
 namespace phasekv::test {
 

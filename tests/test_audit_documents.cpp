@@ -16,6 +16,7 @@
 #include "test_util.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/manifest.h"
 
 namespace phasekv {
 namespace {

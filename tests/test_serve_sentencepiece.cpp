@@ -9,7 +9,7 @@
 
 #include "backend/http_client.h"
 #include "served.h"
-#include "task/filler_corpus.h"
+#include "util/manifest.h"
 
 namespace phasekv {
 namespace {

@@ -4,7 +4,6 @@
 
 #include <set>
 
-#include "task/filler_corpus.h"
 #include "train/text_corpus.h"
 #include "util/error.h"
 #include "corpus_fixture.h"

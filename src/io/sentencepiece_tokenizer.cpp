@@ -6,9 +6,9 @@
 #include <filesystem>
 #include <sstream>
 
-#include "task/filler_corpus.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/manifest.h"
 
 namespace phasekv {
 namespace {

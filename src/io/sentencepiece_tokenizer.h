@@ -1,5 +1,5 @@
 // A sub-word tokenizer for real text and code, trained with Debian's libsentencepiece on a
-// corpus manifest (task/filler_corpus.h's reader: paths, sizes, SHA-256, each file's "held_out"
+// corpus manifest (util/manifest.h's reader: paths, sizes, SHA-256, each file's "held_out"
 // flag), stored in a directory as
 //
 //   tokenizer.model   the sentencepiece model

@@ -9,11 +9,11 @@
 #include <tuple>
 
 #include "eval/stats.h"
-#include "task/filler_corpus.h"
 #include "util/config_file.h"
 #include "util/error.h"
 #include "util/hash.h"
 #include "util/json_read.h"
+#include "util/manifest.h"
 
 namespace phasekv {
 namespace {

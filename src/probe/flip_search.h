@@ -61,7 +61,7 @@ struct FlipSite {
 };
 
 // The spec's sites, in (file, offset) order. Reads and checks the manifest's held-out files
-// (task/filler_corpus.h); deterministic in the spec. Throws phasekv::Error when the held-out
+// (util/manifest.h); deterministic in the spec. Throws phasekv::Error when the held-out
 // files hold fewer eligible cursors than spec.sites.
 std::vector<FlipSite> pick_flip_sites(const FlipSearchSpec& spec);
 

@@ -5,7 +5,6 @@
 // tokens, which a model can learn to skip; natural text is what long-context benchmarks (NIAH,
 // RULER) hide their needles in.
 #pragma once
-#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -19,28 +18,12 @@ struct FillerCorpus {
   nlohmann::json files;                // the manifest's files, as checked
 };
 
-// One file of a corpus manifest ({"files": [{"path", "bytes", "sha256", ...}, ...]}), read and
-// checked: its entry as written (a corpus may add keys, e.g. "held_out").
-struct ManifestFile {
-  std::string path, text;
-  nlohmann::json entry;
-};
-// Every file of a manifest, in its order, after checking its size and SHA-256: a missing or
-// changed file throws phasekv::Error naming the manifest, the file and both values, followed by
-// `if_changed` (what to do about it). The one manifest reader of every corpus (the audit's filler,
-// the tokenizer's code).
-std::vector<ManifestFile> read_manifest_files(const std::string& manifest_path,
-                                              const std::string& if_changed);
-
-// Reads the manifest ({"files": [{"path", "bytes", "sha256"}, ...]}), checks every file's size
-// and SHA-256 (a missing or changed file throws phasekv::Error naming the manifest, the file and
-// both values) and splits the texts into sentences: whitespace runs become one space, a
-// sentence ends at '.', '!' or '?' before a space, and sentences with digits (a section number
-// could pass for a key or a value), characters outside printable ASCII, or fewer than 4 words
-// are left out.
+// Reads the manifest (util/manifest.h: {"files": [{"path", "bytes", "sha256"}, ...]}), checks
+// every file's size and SHA-256 (a missing or changed file throws phasekv::Error naming the
+// manifest, the file and both values) and splits the texts into sentences: whitespace runs become
+// one space, a sentence ends at '.', '!' or '?' before a space, and sentences with digits (a
+// section number could pass for a key or a value), characters outside printable ASCII, or fewer
+// than 4 words are left out.
 FillerCorpus load_filler_corpus(const std::string& manifest_path);
-
-// Lowercase hex SHA-256 of `bytes` (OpenSSL).
-std::string sha256_hex(const std::string& bytes);
 
 }  // namespace phasekv

@@ -1,7 +1,7 @@
 #include "train/text_corpus.h"
 
-#include "task/filler_corpus.h"
 #include "util/error.h"
+#include "util/manifest.h"
 
 namespace phasekv {
 

@@ -1,5 +1,5 @@
 // The token streams of a text corpus for next-token language-model training (issue 17's code
-// models): every file of a corpus manifest (task/filler_corpus.h: paths, sizes and SHA-256 checked,
+// models): every file of a corpus manifest (util/manifest.h: paths, sizes and SHA-256 checked,
 // each file's "held_out" flag), encoded with the model's tokenizer and joined in manifest order,
 // each file preceded by the tokenizer's start id (when it has one). Training windows come from
 // the training files' stream only and validation windows from the held-out files' stream only,
