@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "suite/plan.h"
+#include "suite/runner.h"
 #include "suite/suite.h"
 #include "test_util.h"
 #include "util/error.h"
@@ -223,6 +224,45 @@ TEST(Repro, AKilledReproLeavesNoTrainingRunning) {
     if (!gone) kill(k, SIGKILL);
   }
   fs::remove_all(dir);
+}
+
+// The steps' command lines, word for word: a suite resumed by a later build must run the same
+// commands (suite/commands.h builds them, for the runner and for `mitigations commands`).
+TEST(Repro, StepsRunTheSameCommandLines) {
+  const fs::path dir = test::temp_dir("repro-steps");
+  write_file_atomic((dir / "base.toml").string(), kBase);
+  write_file_atomic((dir / "suite.toml").string(), kSuite);
+  const Suite s = load_suite((dir / "suite.toml").string());
+  const SuiteOptions o{"/o u t", "/bin/phasekv", 1, {}, nullptr};
+  const std::vector<SuiteStep> steps = run_steps(s, s.runs[0], o);
+  std::string got;
+  for (const auto& st : steps) {
+    got += st.label + " " + st.done_marker + " " + st.log + "\n";
+    for (const auto& a : st.argv) got += "[" + a + "]";
+    got += "\n";
+  }
+  const std::string sweep =
+      "[/bin/phasekv][sweep][--model][/o u t/chunked/model][--task][kv][--examples][4]"
+      "[--modulus][8][--padding]";
+  EXPECT_EQ(
+      got,
+      "train /o u t/chunked/train.done /o u t/chunked/train.log\n"
+      "[/bin/phasekv][train][--config][/o u t/chunked/config.json][--out]"
+      "[/o u t/chunked/model]\n"
+      "sweep-prefix /o u t/chunked/sweep-prefix/summary.json /o u t/chunked/sweep-prefix.log\n" +
+          sweep + "[prefix][--seed][0][--threads][1][--out][/o u t/chunked/sweep-prefix]\n" +
+          "sweep-in_sequence /o u t/chunked/sweep-in_sequence/summary.json "
+          "/o u t/chunked/sweep-in_sequence.log\n" +
+          sweep +
+          "[in_sequence][--seed][0][--threads][1][--out][/o u t/chunked/sweep-in_sequence]\n" +
+          "depth-0 /o u t/chunked/depth-0/summary.json /o u t/chunked/depth-0.log\n" + sweep +
+          "[prefix][--seed][0][--threads][1][--out][/o u t/chunked/depth-0][--target-depth][0]\n" +
+          "depth-1 /o u t/chunked/depth-1/summary.json /o u t/chunked/depth-1.log\n" + sweep +
+          "[prefix][--seed][0][--threads][1][--out][/o u t/chunked/depth-1][--target-depth][1]\n");
+  // A checkpoint: the train step resumes.
+  fs::create_directories(dir / "out" / "chunked" / "model" / "checkpoint");
+  const SuiteOptions resumed{(dir / "out").string(), "/bin/phasekv", 1, {}, nullptr};
+  EXPECT_EQ(run_steps(s, s.runs[0], resumed).front().argv.back(), "--resume");
 }
 
 TEST(Repro, PlanProjectsEveryStepOfARunAndSchedulesRunsLikeTheRunner) {

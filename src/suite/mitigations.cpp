@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "suite/commands.h"
 #include "util/error.h"
 
 namespace phasekv {
@@ -404,33 +405,39 @@ std::vector<std::string> inference_sweep_commands(const SuiteResults& suite,
   const std::string judged = s["paddings"].at(0).get<std::string>();
   std::vector<std::string> out;
   auto add = [&](const RunData& r, const std::string& padding, const std::string& setting,
-                 const std::string& dir, int examples, const std::string& extra) {
+                 const std::string& dir, int examples, bool timing) {
     if (!r.trained || fs::exists(dir + "/summary.json")) return;
-    std::string flags = setting == "recent-copy"        ? " --recent-copy"
-                        : setting.rfind("ensemble", 0) == 0 ? " --ensemble " + setting.substr(8)
-                                                             : "";
-    out.push_back(fmt::format(
-        "{} sweep --model {}/model --task {} --examples {} --modulus {} --padding {} --seed {} "
-        "--threads 1{}{} --out {}",
-        binary, r.dir, r.config["task"].value("name", "kv"), examples, s["modulus"].get<int>(),
-        padding, s.value("seed", 0), flags, extra, dir));
+    SweepCommand c{.binary = binary,
+                   .model = r.dir + "/model",
+                   .task = r.config["task"].value("name", "kv"),
+                   .examples = examples,
+                   .modulus = s["modulus"].get<int>(),
+                   .padding = padding,
+                   .seed = s.value("seed", uint64_t{0}),
+                   .threads = 1,
+                   .out = dir};
+    if (setting == "recent-copy") c.flags = {"--recent-copy"};
+    if (setting.rfind("ensemble", 0) == 0) c.flags = {"--ensemble", setting.substr(8)};
+    if (timing)
+      for (const char* f : {"--bootstrap-reps", "0", "--permutations", "0"}) c.flags.push_back(f);
+    out.push_back(shell_command(sweep_argv(c)));
   };
   const int examples = s["examples"].get<int>();
   for (const auto& p : s["paddings"])
     for (const auto& setting : kInferenceSettings)
       add(*base, p.get<std::string>(), setting,
           fmt::format("{}/{}/{}/{}", inference_dir, kBaselineRun, p.get<std::string>(), setting),
-          examples, "");
+          examples, false);
   for (int round = 1; round <= repeats; ++round)
     for (const auto& setting : timed_settings())
       add(*base, judged, setting, fmt::format("{}/timing/{}/{}", inference_dir, round, setting),
-          20, " --bootstrap-reps 0 --permutations 0");
+          20, true);
   for (const auto& name : seed_runs(suite, *base))
     for (const auto& r : suite.runs)
       if (r.name == name)
         for (const auto& setting : kInferenceSettings)
           add(r, judged, setting, fmt::format("{}/{}/{}/{}", inference_dir, name, judged, setting),
-              examples, "");
+              examples, false);
   return out;
 }
 

@@ -12,9 +12,11 @@
 #include <deque>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
+#include "suite/commands.h"
 #include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -59,15 +61,6 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log) {
   return pid;
 }
 
-std::string shell_quote(const std::string& s) {
-  if (s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-/=,:")
-      == std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // One run's progress through its steps, on one job slot.
 struct Job {
   const SuiteRun* run = nullptr;
@@ -93,28 +86,27 @@ void write_run_config(const SuiteRun& r, const SuiteOptions& o) {
 std::vector<SuiteStep> run_steps(const Suite& s, const SuiteRun& r, const SuiteOptions& o) {
   const std::string dir = run_dir(o, r), model = dir + "/model";
   std::vector<SuiteStep> steps;
-  SuiteStep train{"train",
-                  {o.binary, "train", "--config", dir + "/config.json", "--out", model},
-                  dir + "/train.done",
-                  dir + "/train.log"};
-  if (fs::exists(model + "/checkpoint")) train.argv.push_back("--resume");
-  steps.push_back(train);
-  auto sweep = [&](const std::string& label, const std::string& padding, double depth) {
+  const TrainCommand train{.binary = o.binary,
+                           .config = dir + "/config.json",
+                           .out = model,
+                           .resume = fs::exists(model + "/checkpoint")};
+  steps.push_back({"train", train_argv(train), dir + "/train.done", dir + "/train.log"});
+  auto sweep = [&](const std::string& label, const std::string& padding,
+                   std::optional<double> depth) {
     const std::string out = dir + "/" + label;
-    SuiteStep st{label,
-                 {o.binary, "sweep", "--model", model, "--task",
-                  r.config["task"].value("name", "kv"), "--examples", std::to_string(s.examples),
-                  "--modulus", std::to_string(s.modulus), "--padding", padding, "--seed",
-                  std::to_string(s.seed), "--threads", "1", "--out", out},
-                 out + "/summary.json",
-                 dir + "/" + label + ".log"};
-    if (depth >= 0) {
-      st.argv.push_back("--target-depth");
-      st.argv.push_back(fmt::format("{:g}", depth));
-    }
-    steps.push_back(st);
+    const SweepCommand c{.binary = o.binary,
+                         .model = model,
+                         .task = r.config["task"].value("name", "kv"),
+                         .examples = s.examples,
+                         .modulus = s.modulus,
+                         .padding = padding,
+                         .seed = s.seed,
+                         .threads = 1,
+                         .out = out,
+                         .target_depth = depth};
+    steps.push_back({label, sweep_argv(c), out + "/summary.json", dir + "/" + label + ".log"});
   };
-  for (const auto& p : s.paddings) sweep("sweep-" + p, p, -1);
+  for (const auto& p : s.paddings) sweep("sweep-" + p, p, std::nullopt);
   if (r.depth_grid)
     for (double d : s.depths) sweep(depth_label(d), "prefix", d);
   return steps;
@@ -136,8 +128,8 @@ std::vector<const SuiteRun*> selected_runs(const Suite& s, const std::vector<std
 std::vector<std::string> suite_commands(const Suite& s, const SuiteOptions& o) {
   std::vector<std::string> out;
   for (const auto& r : s.runs)
-    out.push_back(shell_quote(o.binary) + " repro --suite " + shell_quote(s.path) + " --out " +
-                  shell_quote(o.out_dir) + " --only " + shell_quote(r.name));
+    out.push_back(shell_command(
+        {o.binary, "repro", "--suite", s.path, "--out", o.out_dir, "--only", r.name}));
   return out;
 }
 
