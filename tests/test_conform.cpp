@@ -56,6 +56,7 @@ class FakeEngine : public Backend {
     return inner_.generate(c, n);
   }
   int64_t max_context() const override { return inner_.max_context(); }
+  int model_stride() const override { return inner_.model_stride(); }
   nlohmann::json describe() const override { return inner_.describe(); }
 
  private:

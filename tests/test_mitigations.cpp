@@ -69,6 +69,7 @@ class Recorder : public Backend {
   }
   std::vector<int32_t> generate(const std::vector<int32_t>&, int) override { return {}; }
   int64_t max_context() const override { return 4096; }
+  int model_stride() const override { return kStride; }
   nlohmann::json describe() const override {
     return {{"backend", "recorder"}, {"stride", kStride}, {"vocab_size", vocab_}};
   }
@@ -153,14 +154,14 @@ TEST(Mitigations, ConditionNamesEverySetting) {
 
 TEST(Mitigations, ShiftsSpreadEvenlyOverTheStride) {
   SweepOptions o = options("shifts");
-  const nlohmann::json described = {{"stride", 8}};
-  EXPECT_EQ(ensemble_shifts(o, described), std::vector<int>({0}));
+  const int model_stride = 8;
+  EXPECT_EQ(ensemble_shifts(o, model_stride), std::vector<int>({0}));
   o.ensemble = 4;
-  EXPECT_EQ(ensemble_shifts(o, described), std::vector<int>({0, 2, 4, 6}));
+  EXPECT_EQ(ensemble_shifts(o, model_stride), std::vector<int>({0, 2, 4, 6}));
   o.ensemble = 3;
-  EXPECT_EQ(ensemble_shifts(o, described), std::vector<int>({0, 2, 5}));
+  EXPECT_EQ(ensemble_shifts(o, model_stride), std::vector<int>({0, 2, 5}));
   o.stride = 4;  // --stride wins over the model's
-  EXPECT_EQ(ensemble_shifts(o, described), std::vector<int>({0, 1, 2}));
+  EXPECT_EQ(ensemble_shifts(o, model_stride), std::vector<int>({0, 1, 2}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -259,6 +260,7 @@ TEST(Mitigations, BadOptionsFailNamingTheFlagBeforeWritingAnything) {
   class NoStride : public Recorder {
    public:
     using Recorder::Recorder;
+    int model_stride() const override { return 0; }
     nlohmann::json describe() const override { return {{"backend", "recorder"}}; }
   } full(task_vocab(lookup_task()).vocab_size());
   o.ensemble = 2;

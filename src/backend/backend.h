@@ -84,6 +84,11 @@ class Backend {
     return out;
   }
   virtual int64_t max_context() const = 0;
+  // The model's stride when this process runs it: the one stride of its chunked layers (0: none,
+  // or several with no common one). A served model's is unknown here (0): finding it is what an
+  // audit is for. The sweep's statistics, --ensemble's shifts and --plan read it from here, and
+  // describe() reports it; nothing reads it back from JSON.
+  virtual int model_stride() const { return 0; }
   // Non-empty once the backend cannot go on (an HTTP endpoint that stopped answering, see
   // http_transport.h): the runner then stops after the batch in flight, keeping only its
   // successful records, and a rerun resumes. In-process models never stop.

@@ -166,6 +166,8 @@ std::vector<int32_t> LocalBackend::generate(const std::vector<int32_t>& context,
   return out;
 }
 
+int LocalBackend::model_stride() const { return chunked_stride(model_->cfg); }
+
 nlohmann::json LocalBackend::describe() const {
   const ModelConfig& c = model_->cfg;
   std::set<int> strides;
@@ -174,7 +176,7 @@ nlohmann::json LocalBackend::describe() const {
     layers.push_back(phasekv::describe(a));
     if (a.kind == AttentionKind::kChunked) strides.insert(a.stride);
   }
-  const int stride = chunked_stride(c);
+  const int stride = model_stride();
   return {{"backend", "local"},
           {"model_id", model_id()},
           {"config_hash", config_hash(c)},

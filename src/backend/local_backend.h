@@ -43,6 +43,7 @@ class LocalBackend : public Backend {
   // at max_context. Throws phasekv::Error on an empty context or an id outside the vocabulary.
   std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) override;
   int64_t max_context() const override;
+  int model_stride() const override;  // chunked_stride of the config
   // backend, model_id, config_hash, stride (or null), strides, layers, vocab_size, max_context,
   // dtype, threads, batch_size.
   nlohmann::json describe() const override;

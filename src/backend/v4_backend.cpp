@@ -113,12 +113,16 @@ std::vector<int32_t> V4Backend::generate(const std::vector<int32_t>& context, in
   return out;
 }
 
+int V4Backend::model_stride() const {
+  return v4::chunked_stride(model_.cfg);
+}
+
 nlohmann::json V4Backend::describe() const {
   const v4::V4Config& c = model_.cfg;
   std::set<int64_t> strides;
   for (int64_t r : c.compress_ratios)
     if (r > 0) strides.insert(r);
-  const int stride = v4::chunked_stride(c);
+  const int stride = model_stride();
   std::string dtype = "f32";
   for (const torch::Tensor& p : model_.parameters()) {
     if (p.scalar_type() == torch::kBFloat16) dtype = "bf16";

@@ -33,6 +33,7 @@ class V4Backend : public Backend {
       const std::vector<ScoreRequest>& requests) override;
   std::vector<int32_t> generate(const std::vector<int32_t>& context, int max_tokens) override;
   int64_t max_context() const override;  // max_position_embeddings
+  int model_stride() const override;     // v4::chunked_stride: the one compress ratio, else 0
   // backend "local", family "deepseek_v4", model_id, config_hash, stride (or null), strides,
   // compress_ratios, vocab_size, max_context, dtype, threads, tokenizer.
   nlohmann::json describe() const override;

@@ -111,8 +111,8 @@ void run_sweep_command(const SweepArgs& a) {
   o.ensemble = a.ensemble;
   o.recent_copy = a.recent_copy;
   o.min_gap_pp = a.min_gap_pp;
-  const int stride = described["stride"].is_null() ? 0 : described["stride"].get<int>();
-  if (a.plan) return print_sweep_plan(a, o, stride);
+  if (a.plan) return print_sweep_plan(a, o, backend->model_stride());
+  // "stride" is written for readers of summary.json; the sweep takes it from the backend.
   o.model_meta = {{"model_dir", a.model},
                   {"config_hash", described["config_hash"]},
                   {"stride", described["stride"]},

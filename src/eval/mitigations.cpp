@@ -7,21 +7,13 @@
 #include "util/error.h"
 
 namespace phasekv {
-namespace {
-
-int json_int(const nlohmann::json& j, const char* key) {
-  return j.is_object() && j.contains(key) && j[key].is_number_integer() ? j[key].get<int>() : 0;
-}
-
-}  // namespace
-
 std::string mitigation_condition(const SweepOptions& o) {
   std::string c = o.recent_copy ? "recent_copy" : "";
   if (o.ensemble > 1) c += fmt::format("{}ensemble={}", c.empty() ? "" : "+", o.ensemble);
   return c;
 }
 
-std::vector<int> ensemble_shifts(const SweepOptions& o, const nlohmann::json& described) {
+std::vector<int> ensemble_shifts(const SweepOptions& o, int model_stride) {
   if (o.recent_copy && o.task.kind != TaskKind::kLookup)
     throw Error("--recent-copy: the task is " + to_string(o.task.kind) +
                 " (allowed: lookup, whose harness knows the target record and ends the context "
@@ -30,8 +22,7 @@ std::vector<int> ensemble_shifts(const SweepOptions& o, const nlohmann::json& de
     throw Error(fmt::format("--ensemble is {} (allowed: >= 1; 1 = one copy, the plain sweep)",
                             o.ensemble));
   if (o.ensemble == 1) return {0};
-  int stride = o.stride > 0 ? o.stride : json_int(o.model_meta, "stride");
-  if (stride <= 0) stride = json_int(described, "stride");
+  const int stride = o.stride > 0 ? o.stride : model_stride;
   if (stride <= 0)
     throw Error(fmt::format(
         "--ensemble {} needs a stride S to spread its shifts k S / K over, and this model has no "

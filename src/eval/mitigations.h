@@ -26,10 +26,10 @@ namespace phasekv {
 std::string mitigation_condition(const SweepOptions& o);
 
 // The extra prefix shifts of the K copies, ascending: {0} for K = 1, else floor(k S / K) with
-// S = o.stride when given, else the model's stride (o.model_meta["stride"], else
-// described["stride"]). Throws phasekv::Error naming the flag: K < 1, K > 1 without a stride,
-// K > S (copies would repeat a shift), --recent-copy on a task other than lookup.
-std::vector<int> ensemble_shifts(const SweepOptions& o, const nlohmann::json& described);
+// S = o.stride when given, else the model's stride (Backend::model_stride). Throws phasekv::Error
+// naming the flag: K < 1, K > 1 without a stride, K > S (copies would repeat a shift),
+// --recent-copy on a task other than lookup.
+std::vector<int> ensemble_shifts(const SweepOptions& o, int model_stride);
 
 // Scores items of `copies` requests each (consecutive in `requests`): the average of their
 // next-token distributions (Backend::next_token_distributions), its top-1 (lowest id among ties)

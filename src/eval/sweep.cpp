@@ -80,7 +80,7 @@ ItemRequests item_requests(const LogicalExample& lg, const SweepOptions& o, int 
 // only), so example 0 decides whether the sweep fits the model.
 void check_fits(Backend& backend, const json& described, const SweepOptions& o) {
   const ItemRequests item = item_requests(make_logical_example(o.task, o.seed, 0), o, 0,
-                                          ensemble_shifts(o, described));
+                                          ensemble_shifts(o, backend.model_stride()));
   const int64_t plain = static_cast<int64_t>(item.example.tokens.size()) - (o.recent_copy ? 2 : 0);
   int64_t len = 0;
   for (const auto& r : item.requests) len = std::max<int64_t>(len, r.context.size());
@@ -116,11 +116,10 @@ EvalRecord record_template(Backend& backend, const json& described, const SweepO
 }
 
 // The stride the statistics use, and where it came from.
-std::pair<int, std::string> choose_stride(const SweepOptions& o, const json& described,
+std::pair<int, std::string> choose_stride(const SweepOptions& o, const Backend& backend,
                                           std::ostream* progress) {
   if (o.stride > 0) return {o.stride, "option"};
-  int s = meta_int(o.model_meta, "stride");
-  if (s <= 0) s = meta_int(described, "stride");
+  const int s = backend.model_stride();
   if (s <= 0) return {0, "unknown"};
   if (o.modulus % s != 0) {
     // Only a warning before issue 20: a sweep ran to the end without the split nobody asked to
@@ -141,8 +140,9 @@ std::pair<int, std::string> choose_stride(const SweepOptions& o, const json& des
   return {s, "model"};
 }
 
-json build_meta(const SweepOptions& o, const json& described, const EvalRecord& base,
-                const Tally& t, const std::pair<int, std::string>& stride, const RunResult& run) {
+json build_meta(const SweepOptions& o, const json& described, int model_stride,
+                const EvalRecord& base, const Tally& t, const std::pair<int, std::string>& stride,
+                const RunResult& run) {
   json meta = o.model_meta.is_object() ? o.model_meta : json::object();
   if (!o.model_meta.is_null() && !o.model_meta.is_object()) meta["model"] = o.model_meta;
   meta["model_id"] = base.model;
@@ -151,7 +151,7 @@ json build_meta(const SweepOptions& o, const json& described, const EvalRecord& 
   meta["sweep"] = {{"task", task_config_to_json(o.task)},
                    {"condition", mitigation_condition(o)},
                    {"ensemble", o.ensemble},
-                   {"ensemble_shifts", ensemble_shifts(o, described)},
+                   {"ensemble_shifts", ensemble_shifts(o, model_stride)},
                    {"recent_copy", o.recent_copy},
                    {"examples", o.examples},
                    {"modulus", o.modulus},
@@ -217,7 +217,7 @@ std::vector<EvalItem> SweepMode::items() const {
 
 std::vector<EvalRecord> SweepMode::evaluate(Backend& backend, const std::vector<EvalItem>& batch) {
   const std::vector<int> shifts =
-      o_.ensemble > 1 ? ensemble_shifts(o_, backend.describe()) : std::vector<int>{0};
+      o_.ensemble > 1 ? ensemble_shifts(o_, backend.model_stride()) : std::vector<int>{0};
   std::vector<EvalRecord> out;
   for (size_t lo = 0, hi = 0; lo < batch.size(); lo = hi) {
     const std::string& condition = batch[lo].condition;
@@ -284,13 +284,13 @@ EvalRecord prepare_sweep(Backend& backend, const SweepOptions& o, json* describe
 }
 
 int sweep_stride(Backend& backend, const SweepOptions& o) {
-  return choose_stride(o, backend.describe(), nullptr).first;
+  return choose_stride(o, backend, nullptr).first;
 }
 
 SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
   json described;
   const EvalRecord identity = prepare_sweep(backend, o, &described);
-  const auto stride = choose_stride(o, described, o.progress);
+  const auto stride = choose_stride(o, backend, o.progress);
 
   const std::string condition = mitigation_condition(o);
   SweepMode mode(o, identity, {condition});
@@ -314,7 +314,7 @@ SweepResult run_sweep(Backend& backend, const SweepOptions& o) {
   result.resumed = result.run.resumed;
   result.errors = t.errors;
   result.censored = t.censored;
-  result.meta = build_meta(o, described, identity, t, stride, result.run);
+  result.meta = build_meta(o, described, backend.model_stride(), identity, t, stride, result.run);
   result.label = fmt::format("{} {} {} M={}{}", identity.model, identity.task, identity.padding,
                              o.modulus, condition.empty() ? "" : " " + condition);
   return result;

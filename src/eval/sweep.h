@@ -38,7 +38,7 @@ struct SweepOptions {
   PaddingMode padding = PaddingMode::kPrefix;
   uint64_t seed = 0;  // names the logical examples (with the task config)
   // Stride S for the interior/boundary split and the periodicity check. 0: the model's stride
-  // (model_meta["stride"], else the backend's describe()["stride"]). A model stride that does not
+  // (Backend::model_stride). A model stride that does not
   // divide M is an error (the phases would not determine p mod S) unless stride_given: the
   // caller chose the stride (--stride, even 0), and then there is no split.
   int stride = 0;
@@ -59,7 +59,7 @@ struct SweepOptions {
   // prompt_ids_fnv1a64): chat audits, whose server-rendered prompt was checked equal to them.
   bool record_prompt_hash = false;
   // Free-form model description copied into summary.json's meta (model dir, config hash,
-  // stride ...). Keys "stride" and "config_hash" are read when present.
+  // stride ...). Key "config_hash" is read when present.
   nlohmann::json model_meta = nlohmann::json::object();
   std::ostream* progress = nullptr;  // progress and warnings; nullptr: silent
   std::string progress_label = "sweep";
