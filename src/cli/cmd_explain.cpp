@@ -67,8 +67,9 @@ void add_sweep_options(CLI::App* cmd, SweepArgs& a) {
       ->required()
       ->check(output_dir());
   cmd->add_option("--examples", a.examples, "logical examples, each at every phase");
-  cmd->add_option("--modulus", a.modulus,
-                  "M: phases r = key position mod M (0: twice the model's stride, else 8)");
+  cmd->add_option(
+      "--modulus", a.modulus,
+      "M: phases r = key position mod M (0: twice --stride or the model's stride, else 24)");
   cmd->add_option("--padding", a.padding, "prefix|in_sequence");
   cmd->add_option("--seed", a.seed, "names the logical examples")->check(non_negative());
   cmd->add_option("--stride", a.stride,
@@ -87,8 +88,10 @@ SweepOptions sweep_options(const SweepArgs& a, LocalBackend& backend) {
   SweepOptions o;
   o.task = load_task_config(a.model);
   o.examples = a.examples;
-  const int stride = chunked_stride(backend.model()->cfg);
-  o.modulus = a.modulus > 0 ? a.modulus : (stride > 0 ? 2 * stride : 8);
+  // Twice the stride (--stride, else the model's); an unknown stride gets the glossary's 24
+  // (divisible by 2, 3, 4, 6, 8, 12), as everywhere.
+  const int stride = a.stride > 0 ? a.stride : backend.model_stride();
+  o.modulus = a.modulus > 0 ? a.modulus : (stride > 0 ? 2 * stride : 24);
   o.padding = padding_mode_from_string(a.padding, "--padding");
   o.seed = a.seed;
   o.stride = a.stride;

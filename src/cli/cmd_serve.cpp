@@ -99,10 +99,13 @@ void register_serve(CLI::App& app) {
       ->transform(bundled_path());
   cmd->add_option("--host", a->o.host, "address to listen on");
   cmd->add_option("--port", a->o.port, "port");
-  cmd->add_option("--threads", a->o.threads,
-                  "threads that run requests (idle or slow connections do not hold one)")
+  // --threads means libtorch threads in every command (README glossary); the HTTP workers have
+  // their own flag. --torch-threads, serve's name for it before, stays an alias.
+  cmd->add_option("--http-threads", a->o.threads,
+                  "HTTP worker threads that run requests (idle or slow connections do not hold "
+                  "one)")
       ->check(CLI::Range(1, kMaxHttpThreads));
-  cmd->add_option("--torch-threads", a->torch_threads, "libtorch threads (0 = all cores)")
+  cmd->add_option("--threads,--torch-threads", a->torch_threads, "libtorch threads (0 = all cores)")
       ->check(compute_threads());
   cmd->add_option("--max-tokens-limit", a->o.max_tokens_limit,
                   "largest max_tokens a request may ask for");
