@@ -126,8 +126,8 @@ TEST(AuditDocuments, ADepthByLengthGridOfNaturalTextFindsTheWeakPhasesInEveryCel
   EXPECT_CONTAINS(cli.log, "depth x length (worst phase: accuracy, gap pp):");
   // The per-phase table per length: every depth of a length pooled, one accuracy per phase.
   ASSERT_EQ(a["lengths"].size(), 2u);
-  EXPECT_EQ(a["lengths"][0]["context_tokens"], 60);
-  EXPECT_EQ(a["lengths"][1]["context_tokens"], 160);
+  EXPECT_EQ(a["lengths"][0]["context_len"], 60);
+  EXPECT_EQ(a["lengths"][1]["context_len"], 160);
   for (const auto& row : a["lengths"]) {
     ASSERT_EQ(row["phase_acc"].size(), 8u) << row.dump();
     for (int r = 0; r < 8; ++r) {

@@ -393,6 +393,32 @@ TEST(Report, HtmlReadingOrderAndMetadataLists) {
   EXPECT_EQ(count(html, "<div class=\"scroll\">"), 2u);  // per-phase and summary tables
 }
 
+// An audit.json written before the grid's key followed the glossary ("context_tokens", now
+// "context_len") renders the same length table as one written today.
+TEST(Report, HtmlLengthGridReadsTheOldKeyToo) {
+  auto meta_with = [](const std::string& key) {
+    nlohmann::json meta = {{"lengths", nlohmann::json::array()}};
+    for (int64_t tokens : {1024, 8192})
+      meta["lengths"].push_back({{key, tokens},
+                                 {"phase_acc", {0.9, 0.2}},
+                                 {"phase_n", {10, 10}},
+                                 {"mean_acc", 0.55},
+                                 {"worst_phase", 1},
+                                 {"worst_acc", 0.2},
+                                 {"gap_pp", 70.0}});
+    return meta;
+  };
+  auto grid_of = [&](const std::string& key) {  // the section, up to the metadata list
+    const std::string html = report_html("run-1", period4_summary(), meta_with(key));
+    const size_t at = html.find("<h2>By context length</h2>");
+    return at == std::string::npos ? std::string()
+                                   : html.substr(at, html.find("<details", at) - at);
+  };
+  const std::string now = grid_of("context_len");
+  EXPECT_CONTAINS(now, ">8192<");
+  EXPECT_EQ(grid_of("context_tokens"), now);
+}
+
 TEST(Report, CompareHtmlHasAVerdictPerSeries) {
   const std::string html = report_html({{"flat <f>", flat_summary()}, {"weak", period4_summary()}},
                                        "phasekv compare", {{"weak", "run-1"}});

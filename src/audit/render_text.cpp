@@ -222,7 +222,7 @@ void fill_text_audit_json(const AuditOptions& a, const TextGrid& g, const CellTa
   if (a.needles > 1)
     audit["needles"] = needle_rows(g.cell_conditions, run, a.examples, a.modulus, a.stride, stats);
   if (cells.size() > 1) {
-    audit["task"]["context_tokens"] = parse_token_list(a.context_tokens, kContextFlag);
+    audit["task"]["context_len"] = parse_token_list(a.context_tokens, kContextFlag);
     audit["task"]["depths_pct"] = parse_depths(a.depths, "--depths");
     audit["cells"] = c.cell_rows;
     audit["lengths"] = length_rows(cells, c.per_cell, a.examples, a.modulus, a.stride, stats);

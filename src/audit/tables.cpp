@@ -36,7 +36,7 @@ json cell_json(const DocCell& c, const std::string& depth_condition, const Phase
     }
   json row = {
       {"condition", c.condition},
-      {"context_tokens", c.context_tokens},
+      {"context_len", c.context_tokens},
       {"depth_pct", c.depth_pct < 0 ? json(nullptr) : json(c.depth_pct)},
       {"depth_measured_pct", n > 0 ? json(100.0 * depth / static_cast<double>(n)) : json(nullptr)}};
   row.update(summary_row(s, static_cast<int64_t>(t.outcomes.size()), t.errors));
@@ -48,7 +48,7 @@ std::string grid_text(const json& cells) {
   for (const auto& c : cells)
     t +=
         fmt::format("  {:>7} tokens  depth {:>6}  worst r={:<3} {:.3f}  gap {:5.1f}  mean {:.3f}\n",
-                    c["context_tokens"].get<int>(),
+                    c["context_len"].get<int>(),
                     c["depth_pct"].is_null() ? std::string("random")
                                              : fmt::format("{}%", c["depth_pct"].get<double>()),
                     c["worst_phase"].get<int>(), c["worst_acc"].get<double>(),
@@ -72,7 +72,7 @@ json length_rows(const std::vector<DocCell>& cells, const std::vector<Tally>& ta
       acc.push_back(p.acc);
       n.push_back(p.n);
     }
-    rows.push_back({{"context_tokens", length},
+    rows.push_back({{"context_len", length},
                     {"phase_acc", acc},
                     {"phase_n", n},
                     {"mean_acc", s.mean_acc},
@@ -89,7 +89,7 @@ std::string length_text(const json& rows) {
   for (size_t r = 0; r < rows.front()["phase_acc"].size(); ++r) t += fmt::format(" r={:<3}", r);
   t += "\n";
   for (const auto& row : rows) {
-    t += fmt::format("  {:>7} ", row["context_tokens"].get<int64_t>());
+    t += fmt::format("  {:>7} ", row["context_len"].get<int64_t>());
     for (const auto& acc : row["phase_acc"]) t += fmt::format(" {:5.3f}", acc.get<double>());
     t += "\n";
   }

@@ -359,8 +359,8 @@ std::vector<TextCheck> TextKvTask::verify(const std::vector<TextItem>& items) {
 
 json TextKvTask::describe() const {
   json d = {{"render", "text"},
-            {"records", o_.records},
-            {"context_tokens", o_.context_tokens},
+            {"n_records", o_.records},
+            {"context_len", o_.context_tokens},
             {"padding", to_string(o_.padding)},
             {"padding_token", pad_},
             {"padding_text", pad_text_},

@@ -367,6 +367,12 @@ static Heatmap percent_heatmap(std::string title, std::string caption, std::stri
   return h;
 }
 
+// A grid row's length: "context_len", or "context_tokens" in audit.json files written before the
+// key followed the glossary (issue 45).
+static int64_t context_len_of(const nlohmann::json& row) {
+  return (row.contains("context_len") ? row["context_len"] : row["context_tokens"]).get<int64_t>();
+}
+
 static std::string html_length_grid(const nlohmann::json& meta) {
   if (!meta.is_object() || !meta.contains("lengths") || !meta["lengths"].is_array() ||
       meta["lengths"].empty())
@@ -383,7 +389,7 @@ static std::string html_length_grid(const nlohmann::json& meta) {
   for (size_t r = 0; r < M; ++r) table += fmt::format("<th>r={}</th>", r);
   table += "<th>mean</th><th>worst (r)</th><th>gap pp</th></tr>\n";
   for (const auto& row : lengths) {
-    const int64_t tokens = row["context_tokens"].get<int64_t>();
+    const int64_t tokens = context_len_of(row);
     const int worst = row["worst_phase"].get<int>();
     h.rows.push_back(std::to_string(tokens));
     std::vector<double> values;
@@ -411,7 +417,7 @@ static std::string html_length_grid(const nlohmann::json& meta) {
   for (const auto& c : meta["cells"]) {
     if (std::find(depths.begin(), depths.end(), depth_name(c)) == depths.end())
       depths.push_back(depth_name(c));
-    const int64_t t = c["context_tokens"].get<int64_t>();
+    const int64_t t = context_len_of(c);
     if (std::find(tokens.begin(), tokens.end(), t) == tokens.end()) tokens.push_back(t);
   }
   Heatmap g = percent_heatmap(
@@ -428,15 +434,14 @@ static std::string html_length_grid(const nlohmann::json& meta) {
     const size_t r = static_cast<size_t>(std::find(depths.begin(), depths.end(), depth_name(c)) -
                                          depths.begin());
     const size_t col = static_cast<size_t>(
-        std::find(tokens.begin(), tokens.end(), c["context_tokens"].get<int64_t>()) -
-        tokens.begin());
+        std::find(tokens.begin(), tokens.end(), context_len_of(c)) - tokens.begin());
     g.values[r][col] = 100.0 * c["worst_acc"].get<double>();
     const std::string period = c["detected_period"].is_null()
                                    ? "none"
                                    : fmt::format("{} ({})", c["detected_period"].get<int>(),
                                                  format_p(c["period_p_value"].get<double>()));
-    cells += "<tr>" + td_num(std::to_string(c["context_tokens"].get<int64_t>())) +
-             td(depth_name(c)) + td_num(fixed3(c["mean_acc"].get<double>())) +
+    cells += "<tr>" + td_num(std::to_string(context_len_of(c))) + td(depth_name(c)) +
+             td_num(fixed3(c["mean_acc"].get<double>())) +
              td_num(fmt::format("{:.3f} ({})", c["worst_acc"].get<double>(),
                                 c["worst_phase"].get<int>())) +
              td_num(fmt::format("{:.1f}", c["gap_pp"].get<double>())) + td_num(period) + "</tr>\n";

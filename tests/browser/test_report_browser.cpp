@@ -341,11 +341,11 @@ TEST_F(ReportBrowser, AuditGridReportHtml) {
   for (int64_t tokens : {1024, 8192, 65536, 131072}) {
     std::vector<double> acc, n;
     for (int r = 0; r < 48; ++r) acc.push_back(r % 8 == 3 ? 0.125 : 0.9), n.push_back(30);
-    meta["lengths"].push_back({{"context_tokens", tokens}, {"phase_acc", acc}, {"phase_n", n},
+    meta["lengths"].push_back({{"context_len", tokens}, {"phase_acc", acc}, {"phase_n", n},
                                {"mean_acc", 0.8}, {"worst_phase", 3}, {"worst_acc", 0.125},
                                {"gap_pp", 77.5}});
     for (double depth : {0.0, 50.0, 100.0})
-      meta["cells"].push_back({{"context_tokens", tokens}, {"depth_pct", depth},
+      meta["cells"].push_back({{"context_len", tokens}, {"depth_pct", depth},
                                {"mean_acc", 0.8}, {"worst_phase", 11}, {"worst_acc", 0.1},
                                {"gap_pp", 80.0}, {"detected_period", 8},
                                {"period_p_value", 0.001}});
