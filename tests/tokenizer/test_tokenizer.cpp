@@ -13,9 +13,9 @@
 #include "io/sentencepiece_bpe.h"
 #include "io/sentencepiece_tokenizer.h"
 #include "io/tokenizer.h"
-#include "task/filler_corpus.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/manifest.h"
 
 namespace phasekv {
 namespace {
