@@ -72,7 +72,9 @@ TEST(DiskFull, ASweepThatCannotAppendKeepsWholeRecordsAndARerunCompletesIdentica
   const std::vector<std::string> sweep = {
       "sweep",     "--model", std::string(PHASEKV_SOURCE_DIR) + "/models/kv-chunked",
       "--task",    "kv",      "--examples", "60", "--modulus", "8", "--padding", "prefix",
-      "--threads", "1",       "--bootstrap-reps", "100", "--permutations", "100", "--out"};
+      "--threads", "1",       "--bootstrap-reps", "100", "--permutations", "100",
+      "--batch",   "16",  // the unit of an append: 16 records, ~5 KiB
+      "--out"};
   auto with_out = [&](const fs::path& out) {
     auto a = sweep;
     a.push_back(out.string());

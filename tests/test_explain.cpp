@@ -322,7 +322,11 @@ TEST(GateCycle, ShiftByWReproducesTheUnshiftedRecordsAndLayer0MovesTheWeakSpot) 
     if (rec.condition != "d+4") continue;
     const EvalRecord& ref = r.run.latest.at({"d0", rec.example_id, rec.phase});
     EXPECT_EQ(rec.prediction, ref.prediction);
-    EXPECT_EQ(rec.target_logprob, ref.target_logprob);  // exactly
+    // The same weights, to float rounding: the two conditions' requests reach the model in
+    // batches of different composition, and a row's GEMM result can differ in its last bits with
+    // the batch size (the product's path is chosen per shape class, kernels/gemm_choice.h).
+    ASSERT_TRUE(rec.target_logprob && ref.target_logprob);
+    EXPECT_NEAR(*rec.target_logprob, *ref.target_logprob, 1e-5);  // f32 logits: ~1e-7 relative
     ++compared;
   }
   EXPECT_EQ(compared, 30 * 8);

@@ -319,12 +319,6 @@ TEST(MitigationsReport, CandidateSuiteIsJudgedOnEverySeed) {
   EXPECT_CONTAINS(msg, "run \"other-lr\" has another [train] than the baseline W8S8");
 }
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
-  return n;
-}
-
 TEST(MitigationsReport, PageSectionAndParetoChart) {
   TinySuite t;
   const fs::path md = t.root / "docs/MITIGATIONS.md", svg = t.root / "docs/mitigations/pareto.svg";
@@ -363,9 +357,9 @@ TEST(MitigationsReport, PageSectionAndParetoChart) {
   int with = 0;
   for (const auto& x : c.candidates) with += x.sweeps.count("prefix");
   EXPECT_EQ(with, 6);
-  EXPECT_EQ(count(chart, "<circle class=\"marker\""), with);
-  EXPECT_EQ(count(chart, "fill=\"#ffffff\" fill-opacity=\"0\""), 1);  // the baseline's ring
-  EXPECT_EQ(count(chart, "class=\"region\""), 1);
+  EXPECT_EQ(test::occurrences(chart, "<circle class=\"marker\""), static_cast<size_t>(with));
+  EXPECT_EQ(test::occurrences(chart, "fill=\"#ffffff\" fill-opacity=\"0\""), 1u);  // the baseline's ring
+  EXPECT_EQ(test::occurrences(chart, "class=\"region\""), 1u);
   EXPECT_CONTAINS(chart, "missing: W8S8 + ensemble8");
   EXPECT_CONTAINS(chart, "missing: W8S8-uniform");
 }
@@ -489,7 +483,7 @@ TEST(MitigationsReport, CommandsListOnlyTheMissingSweeps) {
   const std::string out = test::slurp(log);
   // W8S8: ensemble8 under both paddings; timing: ensemble2 and ensemble8 in both rounds;
   // W8S8-seed1 (prefix only): ensemble2, ensemble8, recent-copy.
-  EXPECT_EQ(count(out, "\n"), 2 + 4 + 3) << out;
+  EXPECT_EQ(test::occurrences(out, "\n"), 2u + 4u + 3u) << out;
   EXPECT_CONTAINS(
       out, "phasekv sweep --model " + t.suite.string() +
                "/W8S8/model --task lookup --examples 200 --modulus 8 --padding prefix --seed 0 "

@@ -71,6 +71,27 @@ TEST(Model, CausalForEveryVariant) {
   }
 }
 
+// hidden_last (the sweep's and the server's scoring forward) runs the last layer for the last
+// query only; it must give the full forward's hidden state there, for every variant (grids moved,
+// per-KV-head grids, indexed layers, which fall back to the whole forward), at lengths below one
+// stride, between entries and past many, on a batch.
+TEST(Model, HiddenLastEqualsTheFullForwardAtTheLastPosition) {
+  for (const auto& v : all_variants()) {
+    auto m = make_model(v.cfg, 11);
+    torch::NoGradGuard g;
+    for (int64_t T : {1, 5, 23}) {
+      auto tokens = torch::cat({random_tokens(T, v.cfg.vocab_size, 7),
+                                random_tokens(T, v.cfg.vocab_size, 8),
+                                random_tokens(T, v.cfg.vocab_size, 9)});
+      auto full = m->hidden(tokens).select(1, T - 1);
+      auto last = m->hidden_last(tokens);
+      ASSERT_EQ(last.sizes(), full.sizes()) << v.name;
+      EXPECT_LT(max_abs_diff(full, last), 1e-5) << v.name << " T=" << T;
+      EXPECT_GT(last.abs().max().item<double>(), 0.1) << v.name;  // not all zeros
+    }
+  }
+}
+
 TEST(Visibility, EntryBecomesVisibleAtTheTokenThatCompletesIt) {
   AttentionConfig a;
   a.kind = AttentionKind::kChunked;

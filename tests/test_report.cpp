@@ -37,14 +37,6 @@ const PhaseSummary& flat_summary() {
   return s;
 }
 
-size_t count(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1)) {
-    ++n;
-  }
-  return n;
-}
-
 // Minimal well-formedness check: start and end tags nest properly; `<x .../>` and the HTML void
 // elements close themselves; <!DOCTYPE> and comments are skipped. Returns "" or the problem.
 std::string tag_structure_error(const std::string& doc) {
@@ -84,16 +76,16 @@ TEST(Report, SvgIsWellFormedWithOneErrorBarPerPhase) {
   const std::string svg = phase_svg({{"model <A> & co", period4_summary()}}, "title \"x\" <y>");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_EQ(tag_structure_error(svg), "");
-  EXPECT_EQ(count(svg, "class=\"errbar\""), 8u);
-  EXPECT_EQ(count(svg, "class=\"point\""), 8u);
-  EXPECT_EQ(count(svg, "class=\"mean\""), 1u);
-  EXPECT_EQ(count(svg, "class=\"stride\""), 1u);    // the boundary between phases 3 and 4
-  EXPECT_EQ(count(svg, "class=\"boundary\""), 2u);  // shaded phases 3 and 7
-  EXPECT_EQ(count(svg, "class=\"legend\""), 0u);    // one series: no legend
+  EXPECT_EQ(test::occurrences(svg, "class=\"errbar\""), 8u);
+  EXPECT_EQ(test::occurrences(svg, "class=\"point\""), 8u);
+  EXPECT_EQ(test::occurrences(svg, "class=\"mean\""), 1u);
+  EXPECT_EQ(test::occurrences(svg, "class=\"stride\""), 1u);  // the boundary between phases 3 and 4
+  EXPECT_EQ(test::occurrences(svg, "class=\"boundary\""), 2u);  // shaded phases 3 and 7
+  EXPECT_EQ(test::occurrences(svg, "class=\"legend\""), 0u);    // one series: no legend
   EXPECT_CONTAINS(svg, "title &quot;x&quot; &lt;y&gt;");
   EXPECT_CONTAINS(svg, "model &lt;A&gt; &amp; co");
   EXPECT_NOT_CONTAINS(svg, "<A>");
-  EXPECT_EQ(count(svg, "http"), 1u);  // only the xmlns namespace
+  EXPECT_EQ(test::occurrences(svg, "http"), 1u);  // only the xmlns namespace
   EXPECT_CONTAINS(svg, "dotted: entry boundaries (S = 4)");
   EXPECT_NOT_CONTAINS(svg, "window");  // "window" is the raw window n_win only
 }
@@ -111,16 +103,16 @@ TEST(Report, SvgSeveralSeriesShareLegendAndStride) {
   // The flat series does not know its stride; the known one (4) is drawn.
   const std::string svg = phase_svg({{"flat", flat_summary()}, {"weak", period4_summary()}}, "t");
   EXPECT_EQ(tag_structure_error(svg), "");
-  EXPECT_EQ(count(svg, "class=\"errbar\""), 16u);
-  EXPECT_EQ(count(svg, "class=\"mean\""), 2u);
-  EXPECT_EQ(count(svg, "class=\"legend\""), 1u);
-  EXPECT_EQ(count(svg, "class=\"stride\""), 1u);
+  EXPECT_EQ(test::occurrences(svg, "class=\"errbar\""), 16u);
+  EXPECT_EQ(test::occurrences(svg, "class=\"mean\""), 2u);
+  EXPECT_EQ(test::occurrences(svg, "class=\"legend\""), 1u);
+  EXPECT_EQ(test::occurrences(svg, "class=\"stride\""), 1u);
   // Series that disagree on the stride: no entry boundaries are claimed.
   PhaseSummary stride2 = flat_summary();
   stride2.stride = 2;
   const std::string mixed = phase_svg({{"s2", stride2}, {"s4", period4_summary()}}, "t");
-  EXPECT_EQ(count(mixed, "class=\"stride\""), 0u);
-  EXPECT_EQ(count(mixed, "class=\"boundary\""), 0u);
+  EXPECT_EQ(test::occurrences(mixed, "class=\"stride\""), 0u);
+  EXPECT_EQ(test::occurrences(mixed, "class=\"boundary\""), 0u);
   EXPECT_THROW(phase_svg({}, "empty"), Error);
 }
 
@@ -223,16 +215,17 @@ TEST(Report, HtmlIsSelfContained) {
   for (const char* ref : {"src=", "href=", "@import", "url(", "<script"}) {
     EXPECT_NOT_CONTAINS(html, ref) << ref;
   }
-  EXPECT_EQ(count(html, "<svg"), 1u);
-  EXPECT_EQ(count(html, "class=\"errbar\""), 8u);
+  EXPECT_EQ(test::occurrences(html, "<svg"), 1u);
+  EXPECT_EQ(test::occurrences(html, "class=\"errbar\""), 8u);
   EXPECT_CONTAINS(html, "tiny &lt;w8s8&gt;");
   EXPECT_CONTAINS(html, "Detected period 4");
   // Per-phase table: one row per phase plus the header, and the period table marks its choice.
-  EXPECT_EQ(count(html, "<tr class=\"worst\">"), 1u);
-  EXPECT_EQ(count(html, "<tr class=\"boundary\">"), 1u);  // the other boundary row is the worst
-  EXPECT_EQ(count(html, "<tr class=\"detected\">"), 1u);
-  EXPECT_EQ(count(html, "<table class=\"phases\">\n<tr><th>phase</th><th>n</th>"), 1u);
-  EXPECT_EQ(count(html, "entry boundary"), 2u + 1u);  // phases 3 and 7, and the verdict
+  EXPECT_EQ(test::occurrences(html, "<tr class=\"worst\">"), 1u);
+  EXPECT_EQ(test::occurrences(html, "<tr class=\"boundary\">"),
+            1u);  // the other boundary row is the worst
+  EXPECT_EQ(test::occurrences(html, "<tr class=\"detected\">"), 1u);
+  EXPECT_EQ(test::occurrences(html, "<table class=\"phases\">\n<tr><th>phase</th><th>n</th>"), 1u);
+  EXPECT_EQ(test::occurrences(html, "entry boundary"), 2u + 1u);  // phases 3 and 7, and the verdict
 }
 
 // A hand-made summary, so the verdict's text is exact (not subject to the bootstrap's draws).
@@ -374,7 +367,7 @@ TEST(Report, HtmlReadingOrderAndMetadataLists) {
   EXPECT_LT(chart, table);
   EXPECT_LT(table, stats);
   EXPECT_LT(stats, details);
-  EXPECT_EQ(count(html, "class=\"verdict"), 1u);
+  EXPECT_EQ(test::occurrences(html, "class=\"verdict"), 1u);
   EXPECT_CONTAINS(html, xml_escape(phase_verdict(period4_summary()).detail));
   // Key/value lists, nested for objects; no JSON text.
   EXPECT_CONTAINS(html,
@@ -390,7 +383,7 @@ TEST(Report, HtmlReadingOrderAndMetadataLists) {
   // What keeps it inside the viewport (measured by tests/browser).
   EXPECT_CONTAINS(html, "overflow-wrap: anywhere");
   EXPECT_CONTAINS(html, "max-width: 100%; height: auto;");
-  EXPECT_EQ(count(html, "<div class=\"scroll\">"), 2u);  // per-phase and summary tables
+  EXPECT_EQ(test::occurrences(html, "<div class=\"scroll\">"), 2u);  // per-phase and summary tables
 }
 
 // An audit.json written before the grid's key followed the glossary ("context_tokens", now
@@ -423,7 +416,7 @@ TEST(Report, CompareHtmlHasAVerdictPerSeries) {
   const std::string html = report_html({{"flat <f>", flat_summary()}, {"weak", period4_summary()}},
                                        "phasekv compare", {{"weak", "run-1"}});
   EXPECT_EQ(tag_structure_error(html), "");
-  EXPECT_EQ(count(html, "<li class=\"verdict "), 2u);
+  EXPECT_EQ(test::occurrences(html, "<li class=\"verdict "), 2u);
   const size_t flat = position(html,
                                "<li class=\"verdict none\"><span class=\"k\">flat &lt;f&gt;"
                                "</span> \u2014 <strong>no periodic weak spot detected:");
@@ -433,13 +426,14 @@ TEST(Report, CompareHtmlHasAVerdictPerSeries) {
   EXPECT_LT(flat, weak);  // in the order given
   EXPECT_LT(weak, position(html, "<svg"));
   // One side-by-side per-phase table: a column pair per series, a row per phase.
-  EXPECT_EQ(count(html, "<table class=\"phases\">"), 1u);
-  EXPECT_EQ(count(html, "<th class=\"label\" colspan=\"2\">"), 2u);
+  EXPECT_EQ(test::occurrences(html, "<table class=\"phases\">"), 1u);
+  EXPECT_EQ(test::occurrences(html, "<th class=\"label\" colspan=\"2\">"), 2u);
   const size_t start = html.find("<table class=\"phases\">");
   const std::string table = html.substr(start, html.find("</table>", start) - start);
-  EXPECT_EQ(count(table, "<tr>"), 2u + 8u);
-  EXPECT_EQ(count(table, "<td class=\"num worst\">"), 4u);  // accuracy and CI, both series
-  EXPECT_EQ(count(html, "<h3>"), 2u);                       // period detection per series
+  EXPECT_EQ(test::occurrences(table, "<tr>"), 2u + 8u);
+  EXPECT_EQ(test::occurrences(table, "<td class=\"num worst\">"),
+            4u);                                   // accuracy and CI, both series
+  EXPECT_EQ(test::occurrences(html, "<h3>"), 2u);  // period detection per series
   EXPECT_CONTAINS(html, "<span class=\"k\">weak</span>: <span class=\"v\">run-1</span>");
 }
 
@@ -448,7 +442,7 @@ TEST(Report, TerminalTable) {
   const std::string text = terminal_table(s, "run-1");
   EXPECT_EQ(text.rfind("run-1: M = 8, S = 4, 200 examples, 1600 outcomes\n", 0), 0u);
   // Header line, column line, 8 phases, mean, gap, interior, periodicity.
-  EXPECT_EQ(count(text, "\n"), 14u);
+  EXPECT_EQ(test::occurrences(text, "\n"), 14u);
   EXPECT_CONTAINS(text, "gap " + format_gap(s));
   EXPECT_CONTAINS(text, "period 4 (p = ");
   EXPECT_CONTAINS(text, "\n  phase    n    acc  95% CI\n");
@@ -459,7 +453,7 @@ TEST(Report, TerminalTable) {
 
 TEST(Report, CompareTable) {
   const std::string text = compare_table({{"flat", flat_summary()}, {"weak", period4_summary()}});
-  EXPECT_EQ(count(text, "\n"), 3u);
+  EXPECT_EQ(test::occurrences(text, "\n"), 3u);
   EXPECT_EQ(text.rfind("label", 0), 0u);
   EXPECT_CONTAINS(text, "\nflat ");
   EXPECT_CONTAINS(text, "\nweak ");

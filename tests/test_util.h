@@ -105,6 +105,15 @@ inline std::filesystem::path temp_dir(const std::string& name) {
   return p;
 }
 
+// How many times needle occurs in text (overlapping matches counted): elements of an SVG or
+// HTML page, rows of a table.
+inline size_t occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t pos = text.find(needle); pos != std::string::npos; pos = text.find(needle, pos + 1))
+    ++n;
+  return n;
+}
+
 // The whole file ("" when it cannot be read: tests print it on failure).
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -75,8 +75,10 @@ torch::Tensor LocalBackend::last_logprobs(const std::vector<ScoreRequest>& reque
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) acc[b][t] = requests[group[b]].context[t];
   torch::NoGradGuard no_grad;
-  // Only the last position is scored: the LM head on [B, V] instead of [B, T, V].
-  auto last = model_->hidden(tokens, probes).select(1, T - 1);
+  // Only the last position is scored: the LM head on [B, V] instead of [B, T, V], and without
+  // probes the last layer runs for that position alone.
+  auto last = probes && !probes->empty() ? model_->hidden(tokens, probes).select(1, T - 1)
+                                         : model_->hidden_last(tokens);
   // float64 so that a target far down the distribution keeps its exact log-probability.
   return torch::log_softmax(model_->logits_from_hidden(last).to(torch::kFloat64), -1).contiguous();
 }

@@ -49,7 +49,7 @@ TaskConfig select_task(const std::string& model_dir, const std::string& flag) {
 
 struct SweepArgs {
   std::string model, task, padding, out;
-  int examples = 0, modulus = 0, stride = 0, threads = 0, batch = 16;
+  int examples = 0, modulus = 0, stride = 0, threads = 0, batch = 0;  // batch 0: auto_batch
   int bootstrap = 2000, permutations = 1000;
   uint64_t seed = 0;
   double target_depth = -2;  // -2: as in task.json
@@ -61,15 +61,20 @@ struct SweepArgs {
   SlaGate sla;
 };
 
+// The length of the sweep's contexts (every example and phase has it; task/tasks.h materialize).
+int64_t sweep_context_tokens(const TaskConfig& task, const SweepArgs& a, PaddingMode padding) {
+  return static_cast<int64_t>(
+      materialize(make_logical_example(task, a.seed, 0), a.modulus, 0, padding, false)
+          .tokens.size());
+}
+
 // --plan: the examples a --min-gap dip at the model's stride needs (eval/plan.h), priced in the
 // prompt tokens of this sweep's longest item, and what --examples reaches.
 void print_sweep_plan(const SweepArgs& a, const SweepOptions& o, int model_stride) {
   const int stride = a.stride_given ? a.stride : model_stride;
   const PlanRequest r = plan_request_for(a.modulus, stride, a.min_gap_pp > 0 ? a.min_gap_pp : 10.0,
                                          std::max(1, a.threads));
-  const int64_t tokens = static_cast<int64_t>(
-      materialize(make_logical_example(o.task, a.seed, 0), a.modulus, 0, o.padding, false)
-          .tokens.size());
+  const int64_t tokens = sweep_context_tokens(o.task, a, o.padding);
   const Plan p = plan_examples(r);
   std::cout << plan_text(p, tokens);
   if (p.examples_to_detect > 0)
@@ -81,7 +86,8 @@ void print_sweep_plan(const SweepArgs& a, const SweepOptions& o, int model_strid
 
 void run_sweep_command(const SweepArgs& a) {
   const PaddingMode padding = parse_padding(a.padding);
-  if (a.batch < 1) throw Error("--batch is " + std::to_string(a.batch) + " (allowed: >= 1)");
+  if (a.batch < 0)
+    throw Error("--batch is " + std::to_string(a.batch) + " (allowed: >= 1, or 0 for auto)");
   if (a.bootstrap < 0 || a.permutations < 0)
     throw Error("--bootstrap-reps and --permutations must be >= 0");
   validate_sla(a.sla);
@@ -90,14 +96,16 @@ void run_sweep_command(const SweepArgs& a) {
   if (a.plan && a.modulus < 4)
     throw Error(fmt::format("--plan needs --modulus >= 4 (is {})", a.modulus));
   set_threads(a.threads);
-  const std::unique_ptr<Backend> backend = open_model_dir(a.model, a.threads, a.batch);
-  const nlohmann::json described = backend->describe();
   SweepOptions o;
   o.task = select_task(a.model, a.task);
   if (a.target_depth != -2) {
     o.task.target_depth = a.target_depth;
     validate(o.task, "--target-depth");
   }
+  check_phase_grid(a.examples, a.modulus, "--examples", "--modulus");  // before materializing
+  const int batch = a.batch > 0 ? a.batch : auto_batch(sweep_context_tokens(o.task, a, padding));
+  const std::unique_ptr<Backend> backend = open_model_dir(a.model, a.threads, batch);
+  const nlohmann::json described = backend->describe();
   o.examples = a.examples;
   o.modulus = a.modulus;
   o.padding = padding;
@@ -105,7 +113,7 @@ void run_sweep_command(const SweepArgs& a) {
   o.stride = a.stride;
   o.stride_given = a.stride_given;
   o.out_dir = a.out;
-  o.batch = a.batch;
+  o.batch = batch;
   o.stats.bootstrap_reps = a.bootstrap;
   o.stats.permutations = a.permutations;
   o.ensemble = a.ensemble;
@@ -207,7 +215,9 @@ void register_sweep(CLI::App& app) {
       "an error)");
   cmd->add_option("--threads", a->threads, "libtorch threads (0 = all cores)")
       ->check(compute_threads());
-  cmd->add_option("--batch", a->batch, "sequences per forward and per results flush");
+  cmd->add_option("--batch", a->batch,
+                  "sequences per forward and per results flush (default: as many as fit a "
+                  "16384-token forward, 1 to 64)");
   cmd->add_option("--bootstrap-reps,--bootstrap", a->bootstrap, "cluster bootstrap replicates");
   cmd->add_option("--permutations", a->permutations, "sign flips of the period test (at least; more while p is small)");
   cmd->add_option("--target-depth", a->target_depth,

@@ -326,4 +326,8 @@ std::string sweep_records_line(const SweepResult& r) {
       r.scored, r.resumed, r.errors, r.censored, r.meta["shortcut_ceiling"].get<double>());
 }
 
+int auto_batch(int64_t context_tokens) {
+  return static_cast<int>(std::clamp<int64_t>(kAutoBatchTokens / std::max<int64_t>(1, context_tokens), 1, 64));
+}
+
 }  // namespace phasekv

@@ -66,19 +66,21 @@ bool AttentionImpl::uses_raw() const {
 }
 
 AttentionImpl::Projected AttentionImpl::project(const torch::Tensor& x,
-                                                const torch::Tensor& positions) {
-  const int64_t B = x.size(0), T = x.size(1);
+                                                const torch::Tensor& positions, int64_t q_from) {
+  const int64_t B = x.size(0), T = x.size(1), Tq = T - q_from;
   Projected p;
   p.k_lin = linear(x, wk);
   p.v_lin = linear(x, wv);
-  p.q = linear(x, wq).view({B, T, n_heads, head_dim}).transpose(1, 2);
+  p.q = linear(q_from == 0 ? x : x.narrow(1, q_from, Tq), wq)
+            .view({B, Tq, n_heads, head_dim})
+            .transpose(1, 2);
   p.k = p.k_lin.view({B, T, n_kv, head_dim}).transpose(1, 2);
   p.v = p.v_lin.view({B, T, n_kv, head_dim}).transpose(1, 2);
   if (q_norm) {
     p.q = q_norm->forward(p.q);
     p.k = k_norm->forward(p.k);
   }
-  p.q = rope.apply(p.q, positions);
+  p.q = rope.apply(p.q, q_from == 0 ? positions : positions.narrow(0, q_from, Tq));
   p.k = rope.apply(p.k, positions);
   return p;
 }
@@ -132,7 +134,7 @@ torch::Tensor AttentionImpl::attend_indexed(const IndexerImpl::Tokens& idx,
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* probe) {
-  const int64_t T = x.size(1), Gq = n_heads / n_kv;
+  const int64_t T = x.size(1);
   auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
   auto p = project(x, pos);
   CompressorTokens tokens;
@@ -141,6 +143,30 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* pro
     tokens = comp->project(x, p.k_lin, p.v_lin, 0);
   }
   if (probe && probe->capture_gates && comp) capture_gates(tokens, T, *probe);
+  auto heads = attend_heads(x, p, pos, tokens, 0);
+  return probe && probe->active() ? probed_output(heads, *probe) : output(heads);
+}
+
+torch::Tensor AttentionImpl::forward_last(const torch::Tensor& x) {
+  TORCH_CHECK(!indexer, "forward_last: indexed layers need every query (use forward)");
+  const int64_t T = x.size(1);
+  auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kInt64).device(x.device()));
+  auto p = project(x, pos, T - 1);
+  CompressorTokens tokens;
+  if (comp) {
+    ComponentScope scope(Component::kCompressor);
+    tokens = comp->project(x, p.k_lin, p.v_lin, 0);
+  }
+  return output(attend_heads(x, p, pos, tokens, T - 1));
+}
+
+torch::Tensor AttentionImpl::attend_heads(const torch::Tensor& x, const Projected& p,
+                                          const torch::Tensor& pos, const CompressorTokens& tokens,
+                                          int64_t q_from) {
+  const int64_t T = x.size(1), Gq = n_heads / n_kv;
+  // Queries at q_from..T-1: attend() takes the banded fast path for the whole sequence and the
+  // masked reference (one row of scores per query) for a suffix.
+  const auto q_pos = q_from == 0 ? pos : pos.narrow(0, q_from, T - q_from);
   std::vector<torch::Tensor> outs;
   for (const GridGroup& g : groups) {
     torch::Tensor ek, ev;
@@ -160,10 +186,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, AttentionProbe* pro
       continue;
     }
     // The training forward: attend() takes the banded fast path unless the reference is selected.
-    outs.push_back(attend(g.attn, q, pos, ek, ev, rk, rv, pos, sk));
+    outs.push_back(attend(g.attn, q, q_pos, ek, ev, rk, rv, pos, sk));
   }
-  auto heads = outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
-  return probe && probe->active() ? probed_output(heads, *probe) : output(heads);
+  return outs.size() == 1 ? outs[0] : torch::cat(outs, 1);
 }
 
 // The pool weights of the entries complete in every group (all of them with one grid), the

@@ -44,6 +44,11 @@ struct AttentionImpl : torch::nn::Module {
   // Full sequence at positions 0..T-1; x is the pre-normed hidden state [B, T, D]. `probe`
   // (optional) intervenes at / captures the last position, see AttentionProbe.
   torch::Tensor forward(const torch::Tensor& x, AttentionProbe* probe = nullptr);
+  // The full-sequence forward's output at the last position only: [B, T, D] -> [B, 1, D]. Keys,
+  // values and entries still come from every position; queries, scores and wo only from T-1
+  // (scoring the last layer of a sweep's forward). Indexed layers are not supported (their
+  // training target needs every query): callers use forward() and select T-1 there.
+  torch::Tensor forward_last(const torch::Tensor& x);
   // Streaming: x holds the next tokens, at positions cache.n_tokens onwards; updates the cache.
   torch::Tensor forward_cached(const torch::Tensor& x, LayerCache& cache);
   // Capacity in the cache for n_tokens tokens in total (the parts that grow with the context, and
@@ -70,7 +75,12 @@ struct AttentionImpl : torch::nn::Module {
     torch::Tensor q, k, v;       // heads-first, q and k normed and rotated
     torch::Tensor k_lin, v_lin;  // [B, T, Hkv*hd] before norm/RoPE (compressor payloads)
   };
-  Projected project(const torch::Tensor& x, const torch::Tensor& positions);
+  // Queries only from position q_from on (keys and values from every position).
+  Projected project(const torch::Tensor& x, const torch::Tensor& positions, int64_t q_from = 0);
+  // The heads [B, H, Tq, hd] of queries q_from..T-1 over the layer's key sets of positions
+  // 0..T-1 (forward without the indexer).
+  torch::Tensor attend_heads(const torch::Tensor& x, const Projected& p, const torch::Tensor& pos,
+                             const CompressorTokens& tokens, int64_t q_from);
   torch::Tensor output(const torch::Tensor& heads);  // [B, H, T, hd] -> [B, T, D]
   // output() with the probe's replacements and captures at T-1.
   torch::Tensor probed_output(const torch::Tensor& heads, AttentionProbe& probe);

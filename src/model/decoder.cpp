@@ -24,6 +24,17 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, AttentionProbe* probe) 
   return h + mlp(mlp_norm(h));
 }
 
+torch::Tensor BlockImpl::forward_last(const torch::Tensor& x) {
+  const int64_t T = x.size(1);
+  torch::Tensor h;
+  {
+    ComponentScope scope(Component::kAttention);
+    h = x.narrow(1, T - 1, 1) + attn->forward_last(attn_norm(x));
+  }
+  ComponentScope scope(Component::kMlp);
+  return h + mlp(mlp_norm(h));
+}
+
 torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, LayerCache& cache) {
   auto h = x + attn->forward_cached(attn_norm(x), cache);
   return h + mlp(mlp_norm(h));
@@ -49,6 +60,16 @@ torch::Tensor DecoderImpl::hidden(const torch::Tensor& tokens, std::vector<Atten
   for (size_t i = 0; i < blocks.size(); ++i)
     x = blocks[i]->forward(x, probed ? &(*probes)[i] : nullptr);
   return final_norm(x);
+}
+
+torch::Tensor DecoderImpl::hidden_last(const torch::Tensor& tokens) {
+  const int64_t T = tokens.size(1);
+  auto x = embed(tokens);
+  for (size_t i = 0; i + 1 < blocks.size(); ++i) x = blocks[i]->forward(x);
+  Block& last = blocks.back();
+  // An indexed layer's top-k selection is defined with every query: the whole forward there.
+  x = last->attn->indexer ? last->forward(x).narrow(1, T - 1, 1) : last->forward_last(x);
+  return final_norm(x).select(1, 0);
 }
 
 torch::Tensor DecoderImpl::logits_from_hidden(const torch::Tensor& h) {

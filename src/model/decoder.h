@@ -15,6 +15,9 @@ struct BlockImpl : torch::nn::Module {
   BlockImpl(const ModelConfig& m, const AttentionConfig& a);
   torch::Tensor forward(const torch::Tensor& x, AttentionProbe* probe = nullptr);
   torch::Tensor forward_cached(const torch::Tensor& x, LayerCache& cache);
+  // forward()'s output at the last position only: [B, T, D] -> [B, 1, D] (AttentionImpl::
+  // forward_last; the MLP runs on that position alone).
+  torch::Tensor forward_last(const torch::Tensor& x);
   RMSNorm attn_norm{nullptr}, mlp_norm{nullptr};
   Attention attn{nullptr};
   SwiGLU mlp{nullptr};
@@ -32,6 +35,9 @@ struct DecoderImpl : torch::nn::Module {
   // probes: empty, or one AttentionProbe per layer (knockouts and captures at the last position,
   // model/attention.h); the forward fills the probes' captures.
   torch::Tensor hidden(const torch::Tensor& tokens, std::vector<AttentionProbe>* probes = nullptr);
+  // hidden(tokens)[:, T-1] without the last layer's work for the other positions: [B, D]. Every
+  // layer but the last still runs on the whole sequence (the next layer's keys need it).
+  torch::Tensor hidden_last(const torch::Tensor& tokens);
   torch::Tensor logits_from_hidden(const torch::Tensor& h);
   // The indexed layers' indexer losses from the last training forward, summed (undefined when
   // the model has no indexed layer); the trainer adds it to the LM loss.

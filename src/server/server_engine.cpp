@@ -79,7 +79,7 @@ EngineResult ModelEngine::run(const std::vector<int32_t>& prompt, const EnginePa
     last = logp[T - 1];
   } else {
     // Only the last position, exactly as LocalBackend::score computes it.
-    last = log_probs(model->logits_from_hidden(model->hidden(tokens).select(1, T - 1)))[0];
+    last = log_probs(model->logits_from_hidden(model->hidden_last(tokens)))[0];
   }
   std::mt19937_64 rng(p.seed);
   std::optional<Session> session;
