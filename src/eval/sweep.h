@@ -80,7 +80,7 @@ struct SweepResult {
 // Validates everything first (throws phasekv::Error and writes nothing): examples >= 1,
 // The sweep's default batch for contexts of `context_tokens` tokens: as many as fit a forward of
 // kAutoBatchTokens tokens, at least 1 and at most 64. Wide batches pay off only for short contexts
-// (bundled lookup sweep, 135 tokens, one thread: 944 items/s at 16, 1,305 at 64; Zen 4); long ones
+// (bundled lookup sweep, 136 tokens, one thread: 944 items/s at 16, 1,305 at 64; Zen 4); long ones
 // would only grow the activations.
 inline constexpr int64_t kAutoBatchTokens = 16384;
 int auto_batch(int64_t context_tokens);
