@@ -200,22 +200,22 @@ TEST(Knockout, TheChunkedModelDependsOnEveryLayerAndTheControlNotOnLayer0) {
 TEST(Gates, OneHotIsOneUniformIsWAndContentSelectionIsPerWindowOnly) {
   EXPECT_DOUBLE_EQ(effective_slots({0, 1, 0, 0}), 1.0);
   EXPECT_NEAR(effective_slots({0.25, 0.25, 0.25, 0.25}), 4.0, 1e-12);
-  // Same slot in every window: static 1, per-window 1.
+  // Same slot in every entry: static 1, per-entry 1.
   auto same = torch::zeros({10, 1, 4}, torch::kFloat64);
   same.select(2, 2).fill_(1.0);
   auto c = concentration(same);
   EXPECT_NEAR(c.static_conc, 1.0, 1e-12);
-  EXPECT_NEAR(c.per_window, 1.0, 1e-12);
+  EXPECT_NEAR(c.per_entry, 1.0, 1e-12);
   EXPECT_NEAR(c.profile[2], 1.0, 1e-12);
-  // One-hot on a different slot each window (content): per-window 1, static W.
+  // One-hot on a different slot in each entry (content): per-entry 1, static W.
   auto content = torch::zeros({8, 1, 4}, torch::kFloat64);
   for (int n = 0; n < 8; ++n) content[n][0][n % 4] = 1.0;
   c = concentration(content);
-  EXPECT_NEAR(c.per_window, 1.0, 1e-12);
+  EXPECT_NEAR(c.per_entry, 1.0, 1e-12);
   EXPECT_NEAR(c.static_conc, 4.0, 1e-12);
   // Uniform: both W.
   c = concentration(torch::full({5, 3, 4}, 0.25, torch::kFloat64));
-  EXPECT_NEAR(c.per_window, 4.0, 1e-12);
+  EXPECT_NEAR(c.per_entry, 4.0, 1e-12);
   EXPECT_NEAR(c.static_conc, 4.0, 1e-12);
 }
 
@@ -245,11 +245,11 @@ TEST(Gates, AMeanGateIsUniformAndADominantBiasIsOneHotOnItsSlot) {
   for (const auto& g : gates) {
     if (g.layer == 0) {
       EXPECT_NEAR(g.c.static_conc, 4.0, 1e-9) << g.name();
-      EXPECT_NEAR(g.c.per_window, 4.0, 1e-9) << g.name();
+      EXPECT_NEAR(g.c.per_entry, 4.0, 1e-9) << g.name();
       EXPECT_EQ(g.shared, g.side == "value");
     } else {
       EXPECT_NEAR(g.c.static_conc, 1.0, 1e-6) << g.name();
-      EXPECT_NEAR(g.c.per_window, 1.0, 1e-6) << g.name();
+      EXPECT_NEAR(g.c.per_entry, 1.0, 1e-6) << g.name();
       EXPECT_EQ(g.peak_slot, g.side == "key" ? 2 : 3) << g.name();
     }
   }

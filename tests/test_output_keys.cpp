@@ -267,8 +267,8 @@ GateStat key_gate() {
   s.gate = "scalar";
   s.width = s.stride = 4;
   s.c.profile = {0.7, 0.1, 0.1, 0.1};
-  s.c.windows = 10;
-  s.c.per_window = 1.5;
+  s.c.entries = 10;
+  s.c.per_entry = 1.5;
   s.c.static_conc = 2.5;
   return s;
 }

@@ -136,7 +136,7 @@ void register_knockout(CLI::App& app) {
 
 void register_gates(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "gates", "static and per-window concentration and mean profile of every compressor gate");
+      "gates", "static and per-entry concentration and mean profile of every compressor gate");
   auto model_dir = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto checkpoints = std::make_shared<std::string>();

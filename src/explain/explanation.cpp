@@ -142,7 +142,7 @@ struct GateView {
   std::string name;
   int layer, kv_head, width, peak;
   std::string side;
-  double stat, per_window;
+  double stat, per_entry;
   bool shared;
 };
 
@@ -162,11 +162,11 @@ std::vector<GateView> gate_views(const json& gates) {
 }
 
 // Statically concentrated: at most half the slots on average; content-selective: concentrated
-// per window but not on average.
+// per entry but not on average.
 std::string gate_class(const GateView& g) {
   const double half = g.width / 2.0;
   if (g.stat <= half) return "statically concentrated";
-  if (g.per_window <= half) return "concentrated per window only";
+  if (g.per_entry <= half) return "concentrated per entry only";
   return "spread";
 }
 
@@ -174,11 +174,11 @@ std::string gates_findings(const LoadedAnalysis& a) {
   std::map<std::string, std::vector<std::string>> by_class;
   for (const auto& g : gate_views(a.summary["gates"]))
     if (!g.shared)
-      by_class[gate_class(g)].push_back(fmt::format("{} (static {:.2f}, per-window {:.2f} of W = "
+      by_class[gate_class(g)].push_back(fmt::format("{} (static {:.2f}, per-entry {:.2f} of W = "
                                                     "{}, peak slot {})",
-                                                    g.name, g.stat, g.per_window, g.width, g.peak));
+                                                    g.name, g.stat, g.per_entry, g.width, g.peak));
   std::vector<std::string> parts;
-  for (const char* c : {"statically concentrated", "concentrated per window only", "spread"})
+  for (const char* c : {"statically concentrated", "concentrated per entry only", "spread"})
     if (by_class.count(c)) parts.push_back(fmt::format("{}: {}", c, join(by_class[c], "; ")));
   std::string out = fmt::format("- **{}, gates**: {}.", model_name(a), join(parts, ". "));
   std::vector<std::string> offsets;
@@ -194,9 +194,9 @@ std::string gates_section(const LoadedAnalysis& a, const std::vector<std::string
   const json& s = a.summary;
   const json& m = s["meta"];
   std::string out = fmt::format(
-      "### {}: gates\n\nOver the windows of {} task contexts (phases mod {}, {} padding). static = "
-      "exp(H(E[a])), per-window = E[exp(H(a))]; both run from 1 (one slot) to W (uniform).\n\n"
-      "| gate | static | per-window | peak slot | mean profile over slots | reading |\n"
+      "### {}: gates\n\nOver the entries of {} task contexts (phases mod {}, {} padding). static = "
+      "exp(H(E[a])), per-entry = E[exp(H(a))]; both run from 1 (one slot) to W (uniform).\n\n"
+      "| gate | static | per-entry | peak slot | mean profile over slots | reading |\n"
       "|---|---|---|---|---|---|\n",
       model_name(a), m["contexts"].get<int>(), m["modulus"].get<int>(),
       m["padding"].get<std::string>());
@@ -209,7 +209,7 @@ std::string gates_section(const LoadedAnalysis& a, const std::vector<std::string
                        v.shared ? "the key gate's weights" : gate_class(v));
   }
   if (!s["trajectory"].empty()) {
-    out += "\nOver training (static / per-window per checkpoint):\n\n| checkpoint | step |";
+    out += "\nOver training (static / per-entry per checkpoint):\n\n| checkpoint | step |";
     for (const auto& g : s["gates"]) out += fmt::format(" {} |", g["name"].get<std::string>());
     out += "\n|---|---|";
     for (size_t i = 0; i < s["gates"].size(); ++i) out += "---|";

@@ -25,17 +25,17 @@ Concentration concentration(const torch::Tensor& weights) {
   auto a = weights.to(torch::kFloat64).contiguous();
   const int64_t N = a.size(0), C = a.size(1), W = a.size(2);
   Concentration c;
-  c.windows = N;
+  c.entries = N;
   c.profile.assign(static_cast<size_t>(W), 0.0);
   if (N == 0) return c;
-  // exp(H) per window and channel: -sum a log a, with 0 log 0 = 0.
+  // exp(H) per entry and channel: -sum a log a, with 0 log 0 = 0.
   auto plogp = torch::where(a > 0, a * torch::log(a.clamp_min(1e-300)), torch::zeros_like(a));
-  auto per_window = torch::exp(-plogp.sum(-1));        // [N, C]
+  auto per_entry = torch::exp(-plogp.sum(-1));        // [N, C]
   auto mean = a.mean(0);                               // [C, W]
   auto mlogm = torch::where(mean > 0, mean * torch::log(mean.clamp_min(1e-300)),
                             torch::zeros_like(mean));
   auto stat = torch::exp(-mlogm.sum(-1));              // [C]
-  c.per_window = per_window.mean().item<double>();
+  c.per_entry = per_entry.mean().item<double>();
   c.static_conc = stat.mean().item<double>();
   auto prof = mean.mean(0);
   for (int64_t i = 0; i < W; ++i) c.profile[static_cast<size_t>(i)] = prof[i].item<double>();
@@ -66,8 +66,8 @@ void validate(const GatesOptions& o) {
   validate(o.task, "task config");
 }
 
-// [B, n, W, Hkv(, hd)] -> per KV head g: [windows, channels, W] over entries j >= j_first.
-torch::Tensor head_windows(const torch::Tensor& w, int64_t g, int64_t j_first) {
+// [B, n, W, Hkv(, hd)] -> per KV head g: [entries, channels, W] over entries j >= j_first.
+torch::Tensor head_entries(const torch::Tensor& w, int64_t g, int64_t j_first) {
   auto x = w.narrow(1, j_first, w.size(1) - j_first).select(3, g);  // [B, n', W(, hd)]
   if (x.dim() == 3) x = x.unsqueeze(-1);                              // [B, n', W, 1]
   x = x.movedim(2, 3);                                                // [B, n', C, W]
@@ -86,7 +86,7 @@ std::vector<GateStat> measure_gates(Decoder& model, const GatesOptions& o) {
     throw Error("the model has no chunked layer, so it has no compressor gates to measure "
                 "(gates needs kind = \"chunked\" in some layer)");
   torch::NoGradGuard no_grad;
-  // Weights per (layer, side): windows of every context, concatenated.
+  // Weights per (layer, side): entries of every context, concatenated.
   std::map<std::pair<size_t, int>, std::vector<torch::Tensor>> collected;
   for (int start = 0; start < o.contexts; start += o.batch) {
     const int n = std::min(o.batch, o.contexts - start);
@@ -115,14 +115,14 @@ std::vector<GateStat> measure_gates(Decoder& model, const GatesOptions& o) {
   for (const auto& [key, parts] : collected) {
     const auto [l, side] = key;
     const AttentionConfig& a = cfg.layers[l];
-    // The first entry whose window has no slot before position 0 on every head's grid:
+    // The first entry with no slot before position 0 on every head's grid:
     // jS + S - W - o >= 0 for the largest offset o.
     int64_t o = a.grid_offset;
     for (int h : a.kv_head_offsets) o = std::max<int64_t>(o, h);
     const int64_t j_first = (a.width - a.stride + o + a.stride - 1) / a.stride;
     auto w = torch::cat(parts, 0);
     if (j_first >= w.size(1))
-      throw Error(fmt::format("layer {}: the contexts ({} tokens) hold no complete window of {} "
+      throw Error(fmt::format("layer {}: the contexts ({} tokens) hold no complete entry of {} "
                               "slots", l, w.size(1) * a.stride, a.width));
     for (int64_t g = 0; g < cfg.n_kv_heads; ++g) {
       GateStat s;
@@ -133,7 +133,7 @@ std::vector<GateStat> measure_gates(Decoder& model, const GatesOptions& o) {
       s.shared = side == 1 && (a.tied_kv_gates || a.gate == GateKind::kMean);
       s.width = a.width;
       s.stride = a.stride;
-      s.c = concentration(head_windows(w, g, j_first));
+      s.c = concentration(head_entries(w, g, j_first));
       s.peak_slot = static_cast<int>(
           std::max_element(s.c.profile.begin(), s.c.profile.end()) - s.c.profile.begin());
       out.push_back(s);
@@ -205,8 +205,8 @@ nlohmann::json gate_json(const GateStat& s) {
           {"side", s.side},            {"kv_head", s.kv_head},
           {"gate", s.gate},            {"shared_with_key", s.shared},
           {"width", s.width},          {"stride", s.stride},
-          {"entries", s.c.windows},    {"static", s.c.static_conc},
-          {"per_entry", s.c.per_window}, {"profile", s.c.profile},
+          {"entries", s.c.entries},    {"static", s.c.static_conc},
+          {"per_entry", s.c.per_entry}, {"profile", s.c.profile},
           {"peak_slot", s.peak_slot}};
 }
 
@@ -245,8 +245,8 @@ nlohmann::json GatesResult::to_json() const {
 Heatmap gate_profile_heatmap(const GatesResult& r) {
   Heatmap h;
   h.title = "mean gate weight by slot";
-  h.caption = "E[a_i] over the windows of the contexts; white = uniform 1/W, blue above, red below";
-  h.x_label = "slot i of the window (token jS + S - W + i)";
+  h.caption = "E[a_i] over the entries of the contexts; white = uniform 1/W, blue above, red below";
+  h.x_label = "slot i of the entry (token jS + S - W + i)";
   h.y_label = "layer.side.KV head";
   h.decimals = 2;
   int W = 0;
@@ -265,17 +265,17 @@ Heatmap gate_profile_heatmap(const GatesResult& r) {
 
 PlaneChart gate_plane(const GatesResult& r) {
   PlaneChart c;
-  c.title = "gate concentration: per window vs static";
-  c.x_label = "per-window E[exp(H(a))] (1 = one-hot windows)";
-  c.y_label = "static exp(H(E[a])) (1 = same slot every window)";
+  c.title = "gate concentration: per entry vs static";
+  c.x_label = "per-entry E[exp(H(a))] (1 = one-hot entries)";
+  c.y_label = "static exp(H(E[a])) (1 = same slot in every entry)";
   c.lo = 1.0;
   for (const auto& g : r.gates) c.hi = std::max(c.hi, static_cast<double>(g.width));
   if (r.trajectory.empty()) {
-    c.caption = "one point per gate; on the diagonal: as concentrated on average as per window";
+    c.caption = "one point per gate; on the diagonal: as concentrated on average as per entry";
     for (const auto& g : r.gates)
-      c.series.push_back({g.name(), {{g.c.per_window, g.c.static_conc, false,
-                                      fmt::format("{}: per-window {:.2f}, static {:.2f}", g.name(),
-                                                  g.c.per_window, g.c.static_conc)}},
+      c.series.push_back({g.name(), {{g.c.per_entry, g.c.static_conc, false,
+                                      fmt::format("{}: per-entry {:.2f}, static {:.2f}", g.name(),
+                                                  g.c.per_entry, g.c.static_conc)}},
                           false});
     return c;
   }
@@ -285,9 +285,9 @@ PlaneChart gate_plane(const GatesResult& r) {
     for (const auto& ck : r.trajectory) {
       if (i >= ck.gates.size()) continue;
       const GateStat& g = ck.gates[i];
-      s.points.push_back({g.c.per_window, g.c.static_conc, false,
-                          fmt::format("{} @ {}: per-window {:.2f}, static {:.2f}", g.name(),
-                                      ck.name, g.c.per_window, g.c.static_conc)});
+      s.points.push_back({g.c.per_entry, g.c.static_conc, false,
+                          fmt::format("{} @ {}: per-entry {:.2f}, static {:.2f}", g.name(),
+                                      ck.name, g.c.per_entry, g.c.static_conc)});
     }
     c.series.push_back(s);
   }
@@ -302,7 +302,7 @@ std::string gates_csv(const GatesResult& r) {
       for (double p : g.c.profile) prof += (prof.empty() ? "" : " ") + fmt::format("{:.4f}", p);
       out += fmt::format("{},{},{},{},{},{},{:.4f},{:.4f},{},{}\n", ck,
                          step >= 0 ? std::to_string(step) : "", g.name(), g.layer, g.side,
-                         g.kv_head, g.c.static_conc, g.c.per_window, g.peak_slot, prof);
+                         g.kv_head, g.c.static_conc, g.c.per_entry, g.peak_slot, prof);
     }
   };
   if (r.trajectory.empty()) rows("model", -1, r.gates);
@@ -312,12 +312,12 @@ std::string gates_csv(const GatesResult& r) {
 
 std::string gates_table(const GatesResult& r) {
   std::string out = fmt::format("{:<14} {:>7} {:>10} {:>5}  profile\n", "gate", "static",
-                                "per-window", "peak");
+                                "per-entry", "peak");
   for (const auto& g : r.gates) {
     std::string prof;
     for (double p : g.c.profile) prof += fmt::format(" {:.2f}", p);
     out += fmt::format("{:<14} {:>7.2f} {:>10.2f} {:>5}  {}{}\n", g.name(), g.c.static_conc,
-                       g.c.per_window, g.peak_slot, prof, g.shared ? "  (= key gate)" : "");
+                       g.c.per_entry, g.peak_slot, prof, g.shared ? "  (= key gate)" : "");
   }
   return out;
 }

@@ -1,15 +1,15 @@
 // `phasekv gates`: how concentrated the compressor's gates are (the study's "static gate
 // concentration"). For every key and value gate of every chunked layer and KV head, over the
-// windows (entries) of a batch of task contexts:
+// entries of a batch of task contexts:
 //   static      exp(H(E[a]))    the effective number of slots of the mean gate: 1 when the gate
-//                                 picks the same slot in every window, W when it is uniform on
+//                                 picks the same slot in every entry, W when it is uniform on
 //                                 average;
-//   per-window  E[exp(H(a))]    the mean effective number of slots of one window: 1 when every
-//                                 window is one-hot (even on different slots), W when uniform;
+//   per-entry   E[exp(H(a))]    the mean effective number of slots of one entry: 1 when every
+//                                 entry is one-hot (even on different slots), W when uniform;
 //   profile     E[a]            the mean weight of each slot (which slot the gate favours).
-// A gate that is concentrated per window but uniform on average selects by content; one that is
+// A gate that is concentrated per entry but uniform on average selects by content; one that is
 // concentrated statically selects by offset, i.e. by phase. Vector gates are measured per channel
-// and averaged over the KV head's channels. Windows with slots before position 0 (W > S, entry
+// and averaged over the KV head's channels. Entries with slots before position 0 (W > S, entry
 // 0) are left out.
 #pragma once
 #include <cstdint>
@@ -28,12 +28,12 @@ double effective_slots(const std::vector<double>& a);
 
 struct Concentration {
   double static_conc = 0.0;
-  double per_window = 0.0;
+  double per_entry = 0.0;
   std::vector<double> profile;  // E[a] per slot
-  int64_t windows = 0;
+  int64_t entries = 0;
 };
-// weights [N, C, W]: N windows, C channels (1 for a scalar gate), W slots; each [n, c, :] sums
-// to 1. Static and per-window concentration per channel, then averaged over channels.
+// weights [N, C, W]: N entries, C channels (1 for a scalar gate), W slots; each [n, c, :] sums
+// to 1. Static and per-entry concentration per channel, then averaged over channels.
 Concentration concentration(const torch::Tensor& weights);
 
 struct GateStat {
@@ -83,7 +83,7 @@ GatesResult run_gates(Decoder& model, const GatesOptions& o, const std::string& 
 
 // Rows = gates, columns = slots, cells = mean weight (white at 1/W).
 Heatmap gate_profile_heatmap(const GatesResult& r);
-// The (per-window, static) plane with the diagonal; trajectories when there are checkpoints.
+// The (per-entry, static) plane with the diagonal; trajectories when there are checkpoints.
 PlaneChart gate_plane(const GatesResult& r);
 std::string gates_csv(const GatesResult& r);
 std::string gates_table(const GatesResult& r);
