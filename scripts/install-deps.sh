@@ -42,6 +42,7 @@ DEV_PACKAGES=(
   chromium  # headless browser for tests/browser (renders report.html and compare.html)
   # clang with its libFuzzer and sanitizer runtimes: scripts/fuzz.sh (ASan + UBSan, fuzz/).
   clang libclang-rt-14-dev
+  xz-utils  # scripts/keep-runs.sh (a suite's finished runs, kept in git)
 )
 PACKAGES=("${RUN_PACKAGES[@]}")
 [ "$set_name" = all ] && PACKAGES+=("${DEV_PACKAGES[@]}")

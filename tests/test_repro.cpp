@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "suite/plan.h"
+#include "util/cpu_info.h"
 #include "suite/runner.h"
 #include "suite/suite.h"
 #include "test_util.h"
@@ -145,6 +146,31 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
   ASSERT_EQ(run(repro, dir / "second.log"), 0) << test::slurp(dir / "second.log");
   EXPECT_CONTAINS(test::slurp(dir / "second.log"), "0 of 2 runs to do");
 
+  // Finished runs carry run.done, which scripts/keep-runs.sh keeps: restored on another
+  // machine (here another directory), the suite has nothing left to do there.
+  EXPECT_CONTAINS(test::slurp(out / "chunked/run.done"), "\"cpu\":\"" + cpu_description());
+  const std::string keep = std::string("bash ") + PHASEKV_SOURCE_DIR + "/scripts/keep-runs.sh ";
+  ASSERT_EQ(run(keep + "save " + out.string() + " " + (dir / "kept").string(), dir / "save.log"), 0)
+      << test::slurp(dir / "save.log");
+  EXPECT_CONTAINS(test::slurp(dir / "save.log"), "2 new run(s)");
+  EXPECT_TRUE(fs::exists(dir / "kept/chunked.tar.xz"));
+  const fs::path moved = dir / "elsewhere";
+  ASSERT_EQ(run(keep + "restore " + moved.string() + " " + (dir / "kept").string(),
+                dir / "restore.log"),
+            0)
+      << test::slurp(dir / "restore.log");
+  EXPECT_FALSE(fs::exists(moved / "chunked/model/checkpoint")) << "a finished run's optimiser";
+  EXPECT_TRUE(fs::exists(moved / "chunked/model/model.safetensors"));
+  ASSERT_EQ(run(kBin + " repro --suite " + (dir / "suite.toml").string() + " --out " +
+                    moved.string(),
+                dir / "moved.log"),
+            0)
+      << test::slurp(dir / "moved.log");
+  EXPECT_CONTAINS(test::slurp(dir / "moved.log"), "0 of 2 runs to do");
+  ASSERT_EQ(run(keep + "save " + out.string() + " " + (dir / "kept").string(), dir / "again.log"),
+            0);
+  EXPECT_CONTAINS(test::slurp(dir / "again.log"), "0 new run(s)");  // kept once
+
   // A run whose training did not finish (no train.done) resumes from its checkpoint.
   fs::remove(out / "full/train.done");
   fs::remove_all(out / "full/sweep-prefix");
@@ -157,6 +183,19 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
   EXPECT_NE(run(repro, dir / "changed.log"), 0);
   EXPECT_CONTAINS(test::slurp(dir / "changed.log"), "holds another config");
 
+  // A run whose train.json does not name its CPU (trained before it did) is listed as such.
+  nlohmann::json tj = nlohmann::json::parse(test::slurp(out / "full/model/train.json"));
+  EXPECT_EQ(tj["runtime"]["cpu"], cpu_description());
+  tj["runtime"].erase("cpu");
+  test::write_text(out / "full/model/train.json", tj.dump(2));
+  const fs::path md_old = dir / "REPRO-old.md";
+  ASSERT_EQ(run(kBin + " repro report " + out.string() + " --out " + md_old.string(), dir / "o.log"),
+            0);
+  EXPECT_CONTAINS(test::slurp(md_old), "Trained on " + cpu_description() + ": chunked; not "
+                                       "recorded (trained before train.json named it): full.");
+  tj["runtime"]["cpu"] = cpu_description();
+  test::write_text(out / "full/model/train.json", tj.dump(2));
+
   // The page: one row per run and padding, the study's figure beside its row, the findings.
   const fs::path md = dir / "REPRO.md";
   ASSERT_EQ(run(kBin + " repro report " + out.string() + " --out " + md.string(), dir / "r.log"), 0)
@@ -166,6 +205,7 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
   EXPECT_CONTAINS(page, "| full | full | in_sequence |");
   EXPECT_CONTAINS(page, "50.0 / 10.0 / 40.0 (W4/S4)");
   EXPECT_CONTAINS(page, "Full-attention controls have no significant period");
+  EXPECT_CONTAINS(page, "Trained on " + cpu_description() + ".\n");  // one CPU: no run list
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked.svg"));
   EXPECT_TRUE(fs::exists(dir / "REPRO" / "chunked-depth.svg"));
   fs::remove_all(dir);

@@ -14,6 +14,7 @@
 #include "suite/runs.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/json_read.h"
 
 namespace phasekv {
 namespace {
@@ -88,6 +89,25 @@ std::string uninformative(const SweepData& d) {
   if (s.at_or_below_shortcut()) return "at or below the shortcut";
   if (s.worst_acc >= kCeiling) return "at ceiling";
   return "";
+}
+
+// Which CPU trained the runs (model/train.json): one line, each CPU with the runs it trained
+// when there are several (a suite resumed on another machine), and the trained runs that do
+// not record it.
+std::string cpu_line(const std::vector<RunData>& runs) {
+  std::map<std::string, std::vector<std::string>> by_cpu;
+  for (const auto& r : runs)
+    if (r.trained) by_cpu[r.cpu.empty() ? "" : r.cpu].push_back(r.name);
+  if (by_cpu.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& [cpu, names] : by_cpu)
+    if (!cpu.empty())
+      parts.push_back(by_cpu.size() == 1 ? cpu
+                                         : fmt::format("{}: {}", cpu, json_read::join(names, ", ")));
+  if (by_cpu.count(""))  // listed last
+    parts.push_back("not recorded (trained before train.json named it): " +
+                    json_read::join(by_cpu[""], ", "));
+  return "Trained on " + json_read::join(parts, "; ") + ".\n\n";
 }
 
 std::string run_kind(const RunData& r) {
@@ -297,6 +317,7 @@ int write_repro_report(const ReproReportOptions& o) {
       "backbone trained on 100B tokens) is beside each row it has one for. Every run of the suite "
       "file is listed, including those without results yet.\n\n",
       suite["name"].get<std::string>(), o.command, o.suite_dir, suite["path"].get<std::string>());
+  page += cpu_line(runs);
   if (finished < static_cast<std::ptrdiff_t>(runs.size()))
     page += fmt::format(
         "**Partial: {} of {} runs have results.** The findings below are judged on those runs only "

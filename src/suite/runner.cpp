@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "suite/commands.h"
+#include "util/cpu_info.h"
 #include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -81,7 +82,20 @@ void write_run_config(const SuiteRun& r, const SuiteOptions& o) {
   if (!fs::exists(path)) write_file_atomic(path, text);
 }
 
+// run.done: every step of the run finished (what scripts/keep-runs.sh keeps), with the CPU and
+// the wall time of the invocation that finished it (null when an earlier one did).
+void write_run_done(const SuiteOptions& o, const SuiteRun& r, std::optional<double> wall_s) {
+  const nlohmann::json j = {{"cpu", cpu_description()},
+                            {"jobs", o.jobs},
+                            {"wall_s", wall_s ? nlohmann::json(*wall_s) : nlohmann::json()}};
+  write_file_atomic(run_done_path(o, r), j.dump() + "\n");
+}
+
 }  // namespace
+
+std::string run_done_path(const SuiteOptions& o, const SuiteRun& r) {
+  return run_dir(o, r) + "/run.done";
+}
 
 std::vector<SuiteStep> run_steps(const Suite& s, const SuiteRun& r, const SuiteOptions& o) {
   const std::string dir = run_dir(o, r), model = dir + "/model";
@@ -165,7 +179,10 @@ int run_suite(const Suite& s, const SuiteOptions& o) {
     j.run = r;
     j.steps = run_steps(s, *r, o);
     while (j.next < j.steps.size() && fs::exists(j.steps[j.next].done_marker)) ++j.next;
-    if (j.next < j.steps.size()) queue.push_back(std::move(j));
+    if (j.next < j.steps.size())
+      queue.push_back(std::move(j));
+    else if (!fs::exists(run_done_path(o, *r)))  // finished by a build before run.done existed
+      write_run_done(o, *r, std::nullopt);
   }
   const size_t total_runs = queue.size();
   if (o.progress)
@@ -218,6 +235,7 @@ int run_suite(const Suite& s, const SuiteOptions& o) {
     ++finished;
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - j.started).count();
+    write_run_done(o, *j.run, secs);
     run_secs_sum += secs;
     const double per_run = run_secs_sum / static_cast<double>(finished - failed);
     const double left =

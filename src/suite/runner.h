@@ -8,6 +8,8 @@
 //   OUT/NAME/sweep-PADDING/            `phasekv sweep`, M = the suite's modulus (resumable)
 //   OUT/NAME/depth-D/                  depth_grid runs: prefix sweeps with the target at depth D
 //   OUT/NAME/*.log                     each step's output
+//   OUT/NAME/run.done                  every step done: the CPU and wall time (JSON); what
+//                                      scripts/keep-runs.sh keeps in git across machines
 //
 // A finished step is skipped on a rerun; a run directory whose config.json differs from the
 // suite's resolved config is an error (the suite file changed: use another OUT).
@@ -37,6 +39,9 @@ struct SuiteStep {
 
 // The runs `--only` selects, in suite order (all when `only` is empty); an unknown name throws.
 std::vector<const SuiteRun*> selected_runs(const Suite& suite, const std::vector<std::string>& only);
+
+// OUT/NAME/run.done.
+std::string run_done_path(const SuiteOptions& o, const SuiteRun& run);
 
 // The steps of one run, in order (a train step carries --resume when a checkpoint exists).
 std::vector<SuiteStep> run_steps(const Suite& suite, const SuiteRun& run, const SuiteOptions& o);

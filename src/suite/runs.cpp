@@ -110,6 +110,8 @@ SuiteResults load_suite_results(const std::string& suite_dir, const LoadSuiteOpt
     r.dir = suite_dir + "/" + r.name;
     read_geometry(r);
     r.trained = fs::exists(r.dir + "/train.done");
+    if (const std::string tj = r.dir + "/model/train.json"; fs::exists(tj))
+      r.cpu = read_json_file(tj).value("runtime", json::object()).value("cpu", "");
     read_train_log(r, r.dir + "/model/train_log.jsonl");
     for (const auto& p : out.suite["paddings"]) {
       const std::string padding = p.get<std::string>(), dir = r.dir + "/sweep-" + padding;

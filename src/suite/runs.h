@@ -35,6 +35,7 @@ struct RunData {
   nlohmann::json config, study;
   int stride = 0, width = 0;  // of the first chunked layer; 0: no chunked layer (a control)
   bool trained = false;       // train.done exists
+  std::string cpu;  // model/train.json's runtime.cpu: the last training segment's; "" unrecorded
   std::optional<double> train_loss, eval_acc, eval_loss;  // the training log's last line
   std::vector<EvalPoint> evals;                           // in step order
   std::map<std::string, SweepData> sweeps;                // by padding

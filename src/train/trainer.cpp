@@ -21,6 +21,7 @@
 #include "train/fused_adamw.h"
 #include "train/text_corpus.h"
 #include "train/trainable.h"
+#include "util/cpu_info.h"
 #include "util/duration.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -498,8 +499,10 @@ TrainResult train(const TrainConfig& cfg, const std::string& out_dir, bool resum
   const Precision precision =
       resolve_precision(t.precision == "bf16" ? Precision::kBf16 : Precision::kF32);
   auto provenance = cfg.source;
+  // The CPU this (latest) training segment ran on: reports name it beside the run's figures.
   provenance["runtime"] = {{"precision", precision == Precision::kBf16 ? "bf16" : "f32"},
-                           {"bf16_native", bf16_native()}};
+                           {"bf16_native", bf16_native()},
+                           {"cpu", cpu_description()}};
   write_file_atomic(out_dir + "/train.json", provenance.dump(2) + "\n");
   if (t.precision != "f32")
     std::cerr << "precision: requested " << t.precision << ", running "
