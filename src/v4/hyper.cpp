@@ -1,5 +1,7 @@
 #include "v4/hyper.h"
 
+#include "model/fused.h"
+
 namespace phasekv::v4 {
 
 torch::Tensor rms_norm(const torch::Tensor& x, double eps, const torch::Tensor& weight) {
@@ -42,8 +44,12 @@ torch::Tensor hc_reduce(const torch::Tensor& x, const torch::Tensor& pre) {
 }
 
 torch::Tensor hc_expand(const torch::Tensor& out, const torch::Tensor& x, const HcMix& m) {
-  // X'[t, dst] = post[t, dst] out[t] + sum_src comb[t, src, dst] X[t, src]
-  return m.post.unsqueeze(-1) * out.unsqueeze(1) + torch::matmul(m.comb.transpose(1, 2), x);
+  // X'[t, dst] = post[t, dst] out[t] + sum_src comb[t, src, dst] X[t, src]. One [hc, hc] x
+  // [hc, d] product per token: libtorch 1.13's bmm loops over the tokens with a select per
+  // operand and per token (104K resolve_conj and 261K select calls per study-geometry step);
+  // batched_matmul runs them as one call of the small-matrix kernel, backward included.
+  return m.post.unsqueeze(-1) * out.unsqueeze(1) +
+         batched_matmul(m.comb.transpose(1, 2), x, /*trans_b=*/false);
 }
 
 torch::Tensor hc_head(const torch::Tensor& x, const torch::Tensor& fn, const torch::Tensor& scale,
