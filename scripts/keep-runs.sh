@@ -7,9 +7,12 @@
 #                                                  lacks becomes KEEP/NAME.tar.xz: the run
 #                                                  directory without model/checkpoint (the
 #                                                  optimiser state of a finished training)
+#                                                  and the suite's suite.json beside them
 #   bash scripts/keep-runs.sh restore RUNS [KEEP]  unpacks every KEEP/NAME.tar.xz whose run RUNS
-#                                                  lacks (no RUNS/NAME/run.done); then
-#                                                  `phasekv repro --out RUNS` skips those runs
+#                                                  lacks (no RUNS/NAME/run.done), and suite.json
+#                                                  when RUNS has none; then `phasekv repro --out
+#                                                  RUNS` skips those runs, and `phasekv repro
+#                                                  report RUNS` pages what is there
 #
 # KEEP defaults to results/ followed by RUNS without its leading runs/ (runs/repro/study ->
 # results/repro/study). A kept run is never rewritten: each archive is committed once. Which CPU
@@ -43,6 +46,8 @@ case "$action" in
       echo "keep-runs: kept $name ($(du -k "$keep/$name.tar.xz" | cut -f1) KiB)"
       saved=$((saved + 1))
     done
+    # The parsed suite (the runner rewrites it on every start): what `repro report` reads.
+    [ -e "$runs/suite.json" ] && cp "$runs/suite.json" "$keep/suite.json"
     echo "keep-runs: $saved new run(s) in $keep"
     ;;
   restore)
@@ -60,6 +65,7 @@ case "$action" in
       mv "$runs/$name.restoring" "$runs/$name"
       restored=$((restored + 1))
     done
+    [ -e "$keep/suite.json" ] && [ ! -e "$runs/suite.json" ] && cp "$keep/suite.json" "$runs/suite.json"
     echo "keep-runs: $restored run(s) restored into $runs"
     ;;
   *) usage ;;

@@ -160,6 +160,10 @@ TEST(Repro, RunsTheSuiteResumesAndWritesTheReport) {
             0)
       << test::slurp(dir / "restore.log");
   EXPECT_FALSE(fs::exists(moved / "chunked/model/checkpoint")) << "a finished run's optimiser";
+  ASSERT_EQ(run(kBin + " repro report " + moved.string() + " --out " + (dir / "M.md").string(),
+                dir / "m.log"),
+            0)
+      << test::slurp(dir / "m.log");  // kept runs page without rerunning the suite
   EXPECT_TRUE(fs::exists(moved / "chunked/model/model.safetensors"));
   ASSERT_EQ(run(kBin + " repro --suite " + (dir / "suite.toml").string() + " --out " +
                     moved.string(),

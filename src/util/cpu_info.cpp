@@ -18,19 +18,22 @@ int usable_cores() {
 
 std::string cpu_description() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line, name, family;
+  std::string line, name, family, model;
   while (std::getline(in, line)) {
     auto value = [&] { return line.substr(line.find(':') + 2); };
     if (name.empty() && line.rfind("model name", 0) == 0) name = value();
     if (family.empty() && line.rfind("cpu family", 0) == 0) family = value();
+    // "model\t\t: 17", not "model name": a family spans generations (AMD 25 is Zen 3 and Zen 4).
+    if (model.empty() && line.rfind("model\t", 0) == 0) model = value();
   }
   const int machine = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const int usable = usable_cores();
   const std::string cores = usable < machine
                                 ? fmt::format("{} of {} cores (CPU affinity)", usable, machine)
                                 : fmt::format("{} cores", machine);
-  return fmt::format("{}{}, {}", name.empty() ? "unknown CPU" : name,
-                     family.empty() ? "" : " (family " + family + ")", cores);
+  const std::string id =
+      family.empty() ? "" : " (family " + family + (model.empty() ? "" : " model " + model) + ")";
+  return fmt::format("{}{}, {}", name.empty() ? "unknown CPU" : name, id, cores);
 }
 
 }  // namespace phasekv

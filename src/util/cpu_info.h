@@ -9,7 +9,8 @@ namespace phasekv {
 // machine's core count; at least 1.
 int usable_cores();
 
-// "AMD EPYC ... (family 26), 2 cores", from /proc/cpuinfo; "unknown CPU, N cores" without it.
+// "AMD EPYC ... (family 25 model 17), 2 cores", from /proc/cpuinfo; "unknown CPU, N cores"
+// without it.
 // Under a narrower CPU affinity: "..., 1 of 2 cores (CPU affinity)".
 std::string cpu_description();
 
