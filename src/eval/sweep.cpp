@@ -327,7 +327,8 @@ std::string sweep_records_line(const SweepResult& r) {
 }
 
 int auto_batch(int64_t context_tokens) {
-  return static_cast<int>(std::clamp<int64_t>(kAutoBatchTokens / std::max<int64_t>(1, context_tokens), 1, 64));
+  const int64_t fit = kAutoBatchTokens / std::max<int64_t>(1, context_tokens);
+  return static_cast<int>(std::clamp<int64_t>(fit, 1, 64));
 }
 
 }  // namespace phasekv

@@ -77,7 +77,6 @@ struct SweepResult {
   RunResult run;        // the latest record of every (example, phase)
 };
 
-// Validates everything first (throws phasekv::Error and writes nothing): examples >= 1,
 // The sweep's default batch for contexts of `context_tokens` tokens: as many as fit a forward of
 // kAutoBatchTokens tokens, at least 1 and at most 64. Wide batches pay off only for short contexts
 // (bundled lookup sweep, 136 tokens, one thread: 944 items/s at 16, 1,305 at 64; Zen 4); long ones
@@ -85,6 +84,7 @@ struct SweepResult {
 inline constexpr int64_t kAutoBatchTokens = 16384;
 int auto_batch(int64_t context_tokens);
 
+// Validates everything first (throws phasekv::Error and writes nothing): examples >= 1,
 // modulus >= 1, batch >= 1, a known task and padding, a valid task config, a stride that divides
 // the modulus, the mitigations (ensemble_shifts), a context that fits the backend's max_context
 // (shifted copies and the recent copy included), and an existing results.jsonl that belongs to

@@ -97,7 +97,7 @@ std::string uninformative(const SweepData& d) {
 std::string cpu_line(const std::vector<RunData>& runs) {
   std::map<std::string, std::vector<std::string>> by_cpu;
   for (const auto& r : runs)
-    if (r.trained) by_cpu[r.cpu.empty() ? "" : r.cpu].push_back(r.name);
+    if (r.trained) by_cpu[r.cpu].push_back(r.name);  // "": not recorded
   if (by_cpu.empty()) return "";
   std::vector<std::string> parts;
   for (const auto& [cpu, names] : by_cpu)
